@@ -1,0 +1,24 @@
+"""Packaging for Vertex AI: `python setup.py sdist` builds what a custom job installs.
+
+TensorFlow is deliberately not an install requirement: Vertex's prebuilt training images
+carry their own build (CPU or GPU), and pip must not replace it. Install the `tf` extra
+where TensorFlow is not already there (a laptop, CI).
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="trainer",
+    version="0.1.0",
+    description="TensorFlow training package for Vertex AI custom jobs, runnable locally.",
+    packages=find_packages(include=["trainer", "trainer.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "absl-py>=1.0",       # flags and logging of the entry point
+        "tensorboard>=2.16",  # tf.summary needs it; TF 2.21 no longer pulls it in
+    ],
+    extras_require={
+        "tf": ["tensorflow>=2.16,<2.22"],
+        "dev": ["pytest>=7"],
+    },
+)

@@ -1,0 +1,169 @@
+"""The one immutable, validated configuration of a training job.
+
+`task.py` turns flags into a `Config` with `make_config`; everything below receives it
+explicitly. Validation happens here, before TensorFlow starts, so a typo in a flag costs
+a second rather than a VM start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from trainer import storage
+
+TASKS = ("regression", "binary", "multiclass")
+STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker")
+SHARD_POLICIES = ("auto", "file", "record")
+
+
+class ConfigError(ValueError):
+    """A flag or environment variable with a bad value; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Everything a job needs to know. Field names match the flags of `trainer.task`."""
+
+    train_data: str
+    label: str
+    task: str
+    model_dir: str
+    checkpoint_dir: str
+    tensorboard_dir: str
+    eval_data: str | None = None
+    schema: str | None = None
+    batch_size: int = 64
+    train_steps: int = 1000
+    learning_rate: float = 1e-3
+    hidden_units: tuple[int, ...] = (64, 32)
+    steps_per_loop: int = 100
+    eval_every_steps: int = 0
+    eval_steps: int = 0
+    checkpoint_every_steps: int = 0
+    seed: int | None = None
+    shuffle_buffer: int = 10_000
+    schema_sample_records: int = 10_000
+    model_fn: str | None = None
+    strategy: str = "auto"
+    run_eagerly: bool = False
+    shard_by: str = "auto"
+    cpu_devices: int = 1
+    fake_gcs_root: str | None = None
+
+    def storage(self) -> storage.Storage:
+        return storage.Storage(self.fake_gcs_root)
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["hidden_units"] = list(self.hidden_units)
+        return d
+
+
+def output_dirs(job_dir: str | None, model_dir: str | None, checkpoint_dir: str | None,
+                tensorboard_dir: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Resolves output folders: flag, else Vertex's AIP_* variable, else under job_dir.
+
+    Vertex sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR from the
+    job's base output directory as `<base>/model`, `<base>/checkpoints`, `<base>/logs`;
+    `--job_dir` reproduces that layout off Vertex.
+
+    Raises:
+      ConfigError: if a folder has no flag, no variable and no --job_dir to derive from.
+    """
+    resolved = {}
+    for key, flag_value, env_name, sub in (
+            ("model_dir", model_dir, "AIP_MODEL_DIR", "model"),
+            ("checkpoint_dir", checkpoint_dir, "AIP_CHECKPOINT_DIR", "checkpoints"),
+            ("tensorboard_dir", tensorboard_dir, "AIP_TENSORBOARD_LOG_DIR", "logs")):
+        value = flag_value or env.get(env_name) or (storage.join(job_dir, sub) if job_dir else None)
+        if not value:
+            raise ConfigError(f"--{key} is not set: pass --job_dir, --{key}, or set {env_name}")
+        resolved[key] = value.rstrip("/")
+    return resolved
+
+
+def parse_hidden_units(text: str) -> tuple[int, ...]:
+    """Parses '256,128' into (256, 128)."""
+    try:
+        units = tuple(int(u) for u in text.split(",") if u.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--hidden_units={text!r}: expected comma-separated positive integers, e.g. 256,128"
+        ) from None
+    if not units or any(u <= 0 for u in units):
+        raise ConfigError(
+            f"--hidden_units={text!r}: expected comma-separated positive integers, e.g. 256,128")
+    return units
+
+
+def make_config(*, env: Mapping[str, str], job_dir: str | None = None,
+                model_dir: str | None = None, checkpoint_dir: str | None = None,
+                tensorboard_dir: str | None = None, train_data: str | None = None,
+                eval_data: str | None = None, hidden_units: str | tuple[int, ...] = (64, 32),
+                **fields) -> Config:
+    """Builds and validates a Config from flag values and the environment.
+
+    Args:
+      env: the process environment (a plain dict in tests).
+      job_dir, model_dir, checkpoint_dir, tensorboard_dir: see `output_dirs`.
+      train_data, eval_data: file globs; default to AIP_TRAINING_DATA_URI and
+        AIP_VALIDATION_DATA_URI.
+      hidden_units: '256,128' or a tuple.
+      **fields: the other fields of Config, by name.
+
+    Raises:
+      ConfigError: naming the first flag whose value is wrong.
+    """
+    train_data = train_data or env.get("AIP_TRAINING_DATA_URI")
+    if not train_data:
+        raise ConfigError("--train_data is not set (nor AIP_TRAINING_DATA_URI): "
+                          "expected a file glob such as gs://BUCKET/data/train-*.tfrecord")
+    if isinstance(hidden_units, str):
+        hidden_units = parse_hidden_units(hidden_units)
+    config = Config(
+        train_data=train_data,
+        eval_data=eval_data or env.get("AIP_VALIDATION_DATA_URI") or None,
+        hidden_units=tuple(hidden_units),
+        **output_dirs(job_dir, model_dir, checkpoint_dir, tensorboard_dir, env),
+        **fields)
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    """Checks every field that can be checked without reading data.
+
+    Raises:
+      ConfigError: naming the flag and the expected value.
+    """
+    if not config.label:
+        raise ConfigError("--label is not set: expected the name of the target feature")
+    _one_of("task", config.task, TASKS)
+    _one_of("strategy", config.strategy, STRATEGIES)
+    _one_of("shard_by", config.shard_by, SHARD_POLICIES)
+    for name in ("batch_size", "train_steps", "steps_per_loop", "shuffle_buffer",
+                 "schema_sample_records", "cpu_devices"):
+        _at_least(name, getattr(config, name), 1)
+    for name in ("eval_every_steps", "eval_steps", "checkpoint_every_steps"):
+        _at_least(name, getattr(config, name), 0)
+    if not config.learning_rate > 0:
+        raise ConfigError(f"--learning_rate={config.learning_rate}: expected a positive number")
+    for name in ("train_data", "eval_data", "schema", "model_dir", "checkpoint_dir",
+                 "tensorboard_dir"):
+        value = getattr(config, name)
+        if value and storage.is_gcs(value):
+            try:
+                storage.split_gcs(value)
+            except storage.StorageError as e:
+                raise ConfigError(f"--{name}: {e}") from None
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"--{name}={value!r}: expected one of {', '.join(allowed)}")
+
+
+def _at_least(name: str, value: int, minimum: int) -> None:
+    if not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"--{name}={value!r}: expected an integer >= {minimum}")

@@ -1,0 +1,49 @@
+"""Exports a trained model as a SavedModel that TF Serving and Vertex AI load as is.
+
+Two signatures, both returning `predictions` (and `probabilities` for classifiers):
+  * `serving_default(examples)`: a 1-D string tensor of serialized `tf.train.Example`,
+    parsed with the training schema, so serving cannot drift from training;
+  * `predict(**features)`: raw named feature tensors, the shape of the `instances` of a
+    Vertex online prediction request (scalar features as [batch], others [batch, size]).
+The SavedModel needs only TensorFlow to load: no import of this package.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from trainer import heads
+from trainer import inputs
+from trainer import schema as schema_lib
+
+
+def feature_signature(schema: schema_lib.Schema) -> dict[str, tf.TensorSpec]:
+    """Input specs of the `predict` signature: [batch] for scalars, else [batch, size]."""
+    return {f.name: tf.TensorSpec([None] if f.size == 1 else [None, f.size],
+                                  schema_lib.DTYPES[f.dtype], name=f.name)
+            for f in schema.features}
+
+
+def write_saved_model(model: keras.Model, schema: schema_lib.Schema, head: heads.Head,
+                      path: str) -> None:
+    """Writes the SavedModel to `path` (a path TensorFlow can open).
+
+    Under a multi-worker strategy every worker must call this (reading variables may
+    involve collectives); only the chief's `path` should be the real destination.
+    """
+    def serve_examples(examples):
+        return head.outputs(model(inputs.parse_features(examples, schema), training=False))
+
+    def serve_features(features):
+        # Scalar features arrive as [batch]; the model takes [batch, size].
+        shaped = {f.name: tf.reshape(features[f.name], [-1, f.size]) for f in schema.features}
+        return head.outputs(model(shaped, training=False))
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serving_default", serve_examples,
+                         input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    archive.add_endpoint("predict", serve_features,
+                         input_signature=[feature_signature(schema)])
+    archive.write_out(path, verbose=False)

@@ -1,0 +1,110 @@
+"""The default tabular model, and how a user's own model builder is plugged in.
+
+A model builder is any function `(schema, num_outputs, config) -> keras.Model` whose model
+takes a dict of raw feature tensors (as `inputs.parse_features` yields them) and returns
+`num_outputs` logits per example. Preprocessing (normalisation, vocabulary lookups) lives
+inside the model, so the exported model serves raw features. `--model_fn=module:function`
+selects a builder; `feature_inputs` and `preprocess` are the building blocks to reuse.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Callable
+
+import keras
+
+from trainer import schema as schema_lib
+
+ModelFn = Callable[..., keras.Model]
+
+
+class ModelFnError(ValueError):
+    """A --model_fn that cannot be loaded or builds the wrong model; the message names it."""
+
+# Categoricals with at most this many slots are one-hot encoded, larger ones embedded.
+ONE_HOT_MAX = 16
+
+
+def feature_inputs(schema: schema_lib.Schema) -> dict[str, keras.KerasTensor]:
+    """One `keras.Input` per feature, shaped [batch, size] with the parsed dtype."""
+    return {f.name: keras.Input(shape=(f.size,), dtype=schema_lib.DTYPES[f.dtype], name=f.name)
+            for f in schema.features}
+
+
+def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
+    """Turns raw features into one float vector per example.
+
+    Numeric features are standardised with the schema's mean and std; categorical ones
+    are looked up in their vocabulary (slot 0: unseen values, slot 1: missing) and
+    one-hot encoded or embedded.
+    """
+    parts = []
+    for f in schema.features:
+        x = inputs[f.name]
+        if f.kind == "numeric":
+            x = keras.layers.Normalization(mean=f.mean, variance=f.std ** 2,
+                                           name=f"{f.name}_norm")(keras.ops.cast(x, "float32"))
+            parts.append(x)
+            continue
+        vocabulary = [f.default_value()] + [v for v in f.vocabulary if v != f.default_value()]
+        lookup_cls = keras.layers.StringLookup if f.dtype == "string" else keras.layers.IntegerLookup
+        ids = lookup_cls(vocabulary=vocabulary, num_oov_indices=1, name=f"{f.name}_lookup")(x)
+        slots = len(vocabulary) + 1
+        if slots <= ONE_HOT_MAX:
+            encoded = keras.layers.CategoryEncoding(
+                num_tokens=slots, output_mode="one_hot" if f.size == 1 else "multi_hot",
+                name=f"{f.name}_onehot")(ids)
+        else:
+            dim = min(32, max(4, round(4 * math.sqrt(math.sqrt(slots)))))
+            encoded = keras.layers.Flatten(name=f"{f.name}_flat")(
+                keras.layers.Embedding(slots, dim, name=f"{f.name}_embedding")(ids))
+        parts.append(encoded)
+    return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+
+
+def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
+    """The default builder: preprocessing, then `config.hidden_units` ReLU layers."""
+    inputs = feature_inputs(schema)
+    x = preprocess(inputs, schema)
+    for i, units in enumerate(config.hidden_units):
+        x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
+    logits = keras.layers.Dense(num_outputs, name="logits")(x)
+    return keras.Model(inputs=inputs, outputs=logits, name="tabular")
+
+
+def load_model_fn(spec: str | None) -> ModelFn:
+    """Returns the builder named 'package.module:function', or the default one.
+
+    Raises:
+      ModelFnError: if the module or function cannot be found, naming `spec`.
+    """
+    if not spec:
+        return tabular_model
+    module_name, _, fn_name = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), fn_name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ModelFnError(f"--model_fn={spec!r}: cannot load it ({e}); "
+                         "expected 'package.module:function'") from None
+    if not callable(fn):
+        raise ModelFnError(f"--model_fn={spec!r} is not a function")
+    return fn
+
+
+def check_outputs(model: keras.Model, num_outputs: int, source: str) -> None:
+    """Fails early, with the builder's name, when a model's outputs have the wrong shape."""
+    shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else None
+    if shape is None or len(shape) != 2 or shape[-1] != num_outputs:
+        raise ModelFnError(f"model from {source} returns shape {shape}; "
+                         f"expected (batch, {num_outputs}) logits")
+
+
+def build(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
+    """Builds the model with the configured builder. Call inside `strategy.scope()`."""
+    fn = load_model_fn(config.model_fn)
+    model = fn(schema, num_outputs, config)
+    check_outputs(model, num_outputs, config.model_fn or "tabular_model")
+    return model
+

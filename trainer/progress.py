@@ -1,0 +1,39 @@
+"""Progress lines for the outer loop: step, loss, examples/s, and time left."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """Logs one line per inner loop; time left is estimated from the latest loop's rate,
+    so the first loop's tracing does not skew the estimate for the rest of the run."""
+
+    def __init__(self, total_steps: int, global_batch_size: int, start_step: int = 0,
+                 clock=time.monotonic, log=logging.info):
+        self.total_steps = total_steps
+        self.global_batch_size = global_batch_size
+        self.step = start_step
+        self.clock = clock
+        self.log = log
+        self.last_time = clock()
+        self.rate = None  # steps per second of the latest loop
+
+    def update(self, step: int, loss: float) -> str:
+        """Records that training reached `step` with mean `loss` over the last loop."""
+        now = self.clock()
+        steps, seconds = step - self.step, max(now - self.last_time, 1e-9)
+        self.rate = steps / seconds
+        self.step, self.last_time = step, now
+        left = (self.total_steps - step) / self.rate if self.rate else 0.0
+        line = (f"step {step}/{self.total_steps} loss={loss:.5g} "
+                f"examples/s={self.rate * self.global_batch_size:,.0f} "
+                f"time_left={format_duration(left)}")
+        self.log(line)
+        return line

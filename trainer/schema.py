@@ -1,0 +1,272 @@
+"""The feature schema: what each feature of a `tf.train.Example` is and how to read it.
+
+A schema is either given as JSON (`--schema`) or inferred from a sample of the training
+records, and is always written beside the exported model so a run can be repeated.
+
+JSON format (see README, "Feature schema"):
+
+    {"label": {"name": "y", "dtype": "string", "classes": ["no", "yes"]},
+     "features": [
+       {"name": "age", "dtype": "float", "size": 1, "kind": "numeric",
+        "mean": 38.2, "std": 12.1, "default": 38.2},
+       {"name": "color", "dtype": "string", "size": 1, "kind": "categorical",
+        "vocabulary": ["red", "blue"], "default": ""}]}
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from typing import Any, Iterable
+
+import tensorflow as tf
+
+DTYPES = {"float": tf.float32, "int": tf.int64, "string": tf.string}
+KINDS = ("numeric", "categorical")
+# Stands for "value absent" in categorical features; it gets its own vocabulary slot,
+# so a missing value is learnt separately from an unseen one.
+MISSING = ""
+MAX_VOCABULARY = 1000
+MAX_CLASSES = 1000
+
+
+class SchemaError(ValueError):
+    """Data or a schema file that disagrees with what is expected; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    """One input feature: a fixed-length list of `size` values of `dtype`."""
+
+    name: str
+    dtype: str
+    kind: str
+    size: int = 1
+    mean: float = 0.0
+    std: float = 1.0
+    vocabulary: tuple = ()
+    default: Any = None
+
+    def default_value(self) -> Any:
+        """What a record without this feature gets: the mean, or the missing token."""
+        if self.default is not None:
+            return self.default
+        if self.kind == "categorical":
+            return MISSING if self.dtype == "string" else -1
+        return int(round(self.mean)) if self.dtype == "int" else self.mean
+
+
+@dataclasses.dataclass(frozen=True)
+class Label:
+    """The target. `classes` lists the label values of a classifier in index order."""
+
+    name: str
+    dtype: str
+    classes: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    label: Label
+    features: tuple[Feature, ...]
+
+    def to_json(self) -> dict:
+        label = {"name": self.label.name, "dtype": self.label.dtype}
+        if self.label.classes:
+            label["classes"] = list(self.label.classes)
+        features = []
+        for f in self.features:
+            d = {"name": f.name, "dtype": f.dtype, "kind": f.kind, "size": f.size,
+                 "default": f.default_value()}
+            if f.kind == "numeric":
+                d.update(mean=f.mean, std=f.std)
+            else:
+                d["vocabulary"] = list(f.vocabulary)
+            features.append(d)
+        return {"label": label, "features": features}
+
+    def parse_spec(self, with_label: bool) -> dict[str, tf.io.FixedLenFeature]:
+        """The `tf.io.parse_example` spec; absent features take their default."""
+        spec = {
+            f.name: tf.io.FixedLenFeature([f.size], DTYPES[f.dtype],
+                                          default_value=[f.default_value()] * f.size)
+            for f in self.features
+        }
+        if with_label:
+            # No default: a record without its label is an error, not a zero.
+            spec[self.label.name] = tf.io.FixedLenFeature([], DTYPES[self.label.dtype])
+        return spec
+
+
+def from_json(obj: Any, source: str, label: str, task: str) -> Schema:
+    """Reads and checks a schema given as JSON.
+
+    Args:
+      obj: the decoded JSON.
+      source: where it came from, for error messages.
+      label: the --label flag; must match the schema's label.
+      task: the --task flag; decides whether classes are needed.
+
+    Raises:
+      SchemaError: naming `source` and the entry at fault.
+    """
+    def fail(what: str) -> SchemaError:
+        return SchemaError(f"schema {source}: {what}")
+
+    if not isinstance(obj, dict) or not isinstance(obj.get("features"), list):
+        raise fail('expected an object with "label" and a "features" list')
+    lab = obj.get("label") or {}
+    if lab.get("name", label) != label:
+        raise fail(f"label is {lab.get('name')!r} but --label={label!r}")
+    label_spec = Label(name=label, dtype=lab.get("dtype", "float"),
+                       classes=tuple(lab.get("classes", ())))
+    if label_spec.dtype not in DTYPES:
+        raise fail(f"label dtype {label_spec.dtype!r}: expected one of {', '.join(DTYPES)}")
+    _check_classes(label_spec, task, lambda what: fail(f"label {label!r}: {what}"))
+    features = []
+    for i, f in enumerate(obj["features"]):
+        name = f.get("name") if isinstance(f, dict) else None
+        if not name:
+            raise fail(f"features[{i}] has no name")
+        dtype = f.get("dtype")
+        if dtype not in DTYPES:
+            raise fail(f"feature {name!r}: dtype {dtype!r}, expected one of {', '.join(DTYPES)}")
+        kind = f.get("kind", "categorical" if dtype == "string" else "numeric")
+        if kind not in KINDS or (dtype == "string" and kind == "numeric"):
+            raise fail(f"feature {name!r}: kind {kind!r} does not fit dtype {dtype!r}")
+        size = f.get("size", 1)
+        if not isinstance(size, int) or size < 1:
+            raise fail(f"feature {name!r}: size {size!r}, expected a positive integer")
+        std = float(f.get("std", 1.0))
+        if kind == "categorical" and not f.get("vocabulary"):
+            raise fail(f"feature {name!r}: categorical features need a non-empty vocabulary")
+        features.append(Feature(
+            name=name, dtype=dtype, kind=kind, size=size, mean=float(f.get("mean", 0.0)),
+            std=std if std > 0 else 1.0, vocabulary=tuple(f.get("vocabulary", ())),
+            default=f.get("default")))
+    if label in {f.name for f in features}:
+        raise fail(f"label {label!r} is also listed as a feature")
+    if not features:
+        raise fail("no features")
+    return Schema(label=label_spec, features=tuple(features))
+
+
+class _Stats:
+    """Running statistics of one feature over the sampled records."""
+
+    def __init__(self) -> None:
+        self.kind = None  # the tf.train.Feature oneof name: float_list, int64_list, bytes_list
+        self.size = None
+        self.count = 0
+        self.total = 0.0
+        self.total_sq = 0.0
+        self.values = collections.Counter()
+
+    def add(self, kind: str, values: list, where: str, name: str) -> None:
+        if self.kind is None:
+            self.kind, self.size = kind, len(values)
+        elif kind != self.kind:
+            raise SchemaError(f"{where}: feature {name!r} is a {kind}, "
+                              f"earlier records have a {self.kind}")
+        elif len(values) != self.size:
+            raise SchemaError(f"{where}: feature {name!r} has {len(values)} values, earlier "
+                              f"records have {self.size}; only fixed-length features are supported")
+        self.count += 1
+        if kind == "bytes_list":
+            self.values.update(v.decode("utf-8", "replace") for v in values)
+            return
+        for v in values:
+            if not math.isfinite(v):
+                raise SchemaError(f"{where}: feature {name!r} has a non-finite value {v}")
+            self.total += v
+            self.total_sq += v * v
+        if kind == "int64_list" and len(self.values) <= MAX_CLASSES:
+            self.values.update(values)
+
+
+def infer(records: Iterable[tuple[str, bytes]], label: str, task: str) -> Schema:
+    """Infers a schema from serialized `tf.train.Example`s.
+
+    Numeric features get mean and standard deviation for normalisation; string features
+    become categorical with their most frequent values as vocabulary; int features are
+    numeric (give a schema to make them categorical).
+
+    Args:
+      records: (where, serialized Example) pairs; `where` names the record in errors.
+      label: name of the target feature.
+      task: regression, binary or multiclass.
+
+    Raises:
+      SchemaError: naming the record and feature at fault.
+    """
+    stats: dict[str, _Stats] = collections.defaultdict(_Stats)
+    seen = 0
+    for where, serialized in records:
+        try:
+            example = tf.train.Example.FromString(serialized)
+        except Exception:  # protobuf raises DecodeError, which is not exported stably
+            raise SchemaError(f"{where}: not a serialized tf.train.Example") from None
+        seen += 1
+        for name, feature in example.features.feature.items():
+            kind = feature.WhichOneof("kind")
+            values = list(getattr(feature, kind).value) if kind else []
+            if not values:
+                continue  # an empty list means missing, same as an absent key
+            stats[name].add(kind, values, where, name)
+    if not seen:
+        raise SchemaError("no records to infer the schema from")
+    if label not in stats:
+        raise SchemaError(f"label {label!r} is not a feature of the sampled records "
+                          f"(features: {', '.join(sorted(stats)) or 'none'})")
+
+    label_stats = stats.pop(label)
+    label_spec = _infer_label(label, label_stats, task)
+    features = []
+    for name in sorted(stats):
+        s = stats[name]
+        if s.kind == "bytes_list":
+            vocab = [v for v, _ in sorted(s.values.items(), key=lambda kv: (-kv[1], kv[0]))
+                     if v != MISSING][:MAX_VOCABULARY]
+            features.append(Feature(name=name, dtype="string", kind="categorical",
+                                    size=s.size, vocabulary=tuple(vocab)))
+        else:
+            n = s.count * s.size
+            mean = s.total / n
+            var = max(s.total_sq / n - mean * mean, 0.0)
+            std = math.sqrt(var) if var > 1e-12 else 1.0
+            features.append(Feature(
+                name=name, dtype="int" if s.kind == "int64_list" else "float",
+                kind="numeric", size=s.size, mean=mean, std=std))
+    if not features:
+        raise SchemaError(f"the sampled records have no features besides the label {label!r}")
+    return Schema(label=label_spec, features=tuple(features))
+
+
+def _infer_label(name: str, s: _Stats, task: str) -> Label:
+    if s.size != 1:
+        raise SchemaError(f"label {name!r} has {s.size} values per record, expected 1")
+    dtype = {"float_list": "float", "int64_list": "int", "bytes_list": "string"}[s.kind]
+    if task == "regression":
+        if dtype == "string":
+            raise SchemaError(f"label {name!r} is a string; --task=regression needs numbers")
+        return Label(name=name, dtype=dtype)
+    if dtype == "float":
+        raise SchemaError(f"label {name!r} holds floats; --task={task} needs int or string "
+                          "class labels")
+    label = Label(name=name, dtype=dtype, classes=tuple(sorted(s.values)))
+    _check_classes(label, task, lambda what: SchemaError(f"label {name!r}: {what}"))
+    return label
+
+
+def _check_classes(label: Label, task: str, fail) -> None:
+    if task == "regression":
+        return
+    n = len(label.classes)
+    if task == "binary" and n != 2:
+        raise fail(f"--task=binary needs exactly 2 classes, found {n}: "
+                   f"{list(label.classes)[:10]}")
+    if task == "multiclass" and not 2 <= n <= MAX_CLASSES:
+        raise fail(f"--task=multiclass needs 2 to {MAX_CLASSES} classes, found {n}")
+    if label.dtype == "float":
+        raise fail("classification labels must be int or string, not float")

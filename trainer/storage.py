@@ -1,0 +1,171 @@
+"""All file I/O of the package, with `gs://` paths optionally served from a local folder.
+
+On Vertex AI, `gs://` paths go straight to TensorFlow's GCS filesystem. Locally,
+`Storage(fake_gcs_root=DIR)` serves every `gs://BUCKET/PATH` from `DIR/BUCKET/PATH`,
+so a job runs with the very command line it will have in the cloud. The mapping has to
+live here rather than in an emulator: TensorFlow's built-in GCS filesystem talks to
+fixed Google endpoints and ignores `STORAGE_EMULATOR_HOST`.
+
+Code that hands a path to TensorFlow (`tf.data`, checkpoints, SavedModel) calls
+`Storage.path()` first; everything else uses the methods below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import uuid
+from typing import Any
+
+import tensorflow as tf
+
+GCS_SCHEME = "gs://"
+
+
+class StorageError(Exception):
+    """A path that cannot be read or written; the message names it."""
+
+
+def is_gcs(uri: str) -> bool:
+    return uri.startswith(GCS_SCHEME)
+
+
+def split_gcs(uri: str) -> tuple[str, str]:
+    """Splits `gs://BUCKET/PATH` into (BUCKET, PATH).
+
+    Raises:
+      StorageError: if `uri` has no bucket name.
+    """
+    rest = uri[len(GCS_SCHEME):]
+    bucket, _, path = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"bad Cloud Storage path {uri!r}: expected gs://BUCKET/PATH")
+    return bucket, path
+
+
+def join(base: str, *parts: str) -> str:
+    """Joins path parts with '/', which both local paths and `gs://` URIs accept."""
+    return "/".join([base.rstrip("/")] + [p.strip("/") for p in parts])
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    """File access for one job. Immutable and cheap: pass it wherever files are touched.
+
+    Attributes:
+      fake_gcs_root: local folder that stands in for Cloud Storage, or None for the real one.
+    """
+
+    fake_gcs_root: str | None = None
+
+    def path(self, uri: str) -> str:
+        """Returns the path TensorFlow should open for `uri` (local or `gs://`)."""
+        if self.fake_gcs_root and is_gcs(uri):
+            bucket, path = split_gcs(uri)
+            return os.path.join(os.path.abspath(self.fake_gcs_root), bucket, path)
+        return uri
+
+    def uri(self, path: str) -> str:
+        """Inverse of `path()`: names a real path the way the user wrote it."""
+        if self.fake_gcs_root:
+            root = os.path.abspath(self.fake_gcs_root) + os.sep
+            if path.startswith(root):
+                return GCS_SCHEME + path[len(root):].replace(os.sep, "/")
+        return path
+
+    def check_bucket(self, uri: str) -> None:
+        """Fails like Cloud Storage would when the bucket of `uri` does not exist.
+
+        Only the fake root can be checked without network calls; real buckets fail on
+        first access with TensorFlow's own error, which `describe_error` turns into a line.
+        """
+        if self.fake_gcs_root and is_gcs(uri):
+            bucket, _ = split_gcs(uri)
+            bucket_dir = os.path.join(os.path.abspath(self.fake_gcs_root), bucket)
+            if not os.path.isdir(bucket_dir):
+                raise StorageError(
+                    f"bucket {bucket!r} of {uri!r} does not exist under --fake_gcs_root "
+                    f"(expected a folder {bucket_dir})")
+
+    def glob(self, pattern: str) -> list[str]:
+        """Returns the sorted URIs that match `pattern`.
+
+        Raises:
+          StorageError: if the bucket is missing or nothing matches; the message names
+            the pattern and, on Cloud Storage, the bucket.
+        """
+        self.check_bucket(pattern)
+        try:
+            matches = tf.io.gfile.glob(self.path(pattern))
+        except tf.errors.OpError as e:
+            raise StorageError(f"cannot list {pattern!r}: {first_line(e)}") from None
+        matches = sorted(m for m in matches if not tf.io.gfile.isdir(m))
+        if not matches:
+            where = f" in bucket {split_gcs(pattern)[0]!r}" if is_gcs(pattern) else ""
+            raise StorageError(f"no file matches {pattern!r}{where}")
+        return [self.uri(m) for m in matches]
+
+    def exists(self, uri: str) -> bool:
+        return tf.io.gfile.exists(self.path(uri))
+
+    def listdir(self, uri: str) -> list[str]:
+        return sorted(n.rstrip("/") for n in tf.io.gfile.listdir(self.path(uri)))
+
+    def makedirs(self, uri: str) -> None:
+        self.check_bucket(uri)
+        tf.io.gfile.makedirs(self.path(uri))
+
+    def read_bytes(self, uri: str) -> bytes:
+        try:
+            with tf.io.gfile.GFile(self.path(uri), "rb") as f:
+                return f.read()
+        except tf.errors.OpError as e:
+            raise StorageError(f"cannot read {uri!r}: {first_line(e)}") from None
+
+    def read_json(self, uri: str) -> Any:
+        try:
+            return json.loads(self.read_bytes(uri))
+        except json.JSONDecodeError as e:
+            raise StorageError(f"{uri!r} is not valid JSON: {e}") from None
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Writes `data` to `uri` atomically: to a temporary name first, then renamed.
+
+        Readers see the old file or the whole new one, never a part.
+        """
+        parent = uri.rsplit("/", 1)[0] if "/" in uri else "."
+        self.makedirs(parent)
+        tmp = f"{uri}.tmp-{uuid.uuid4().hex[:8]}"
+        with tf.io.gfile.GFile(self.path(tmp), "wb") as f:
+            f.write(data)
+        tf.io.gfile.rename(self.path(tmp), self.path(uri), overwrite=True)
+
+    def write_json(self, uri: str, obj: Any) -> None:
+        self.write_bytes(uri, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+    def remove_tree(self, uri: str) -> None:
+        if tf.io.gfile.exists(self.path(uri)):
+            tf.io.gfile.rmtree(self.path(uri))
+
+    def replace_dir(self, src: str, dst: str) -> None:
+        """Moves the finished folder `src` to `dst`, replacing what was there.
+
+        On a local (or fake) filesystem each rename is atomic, so `dst` holds either the
+        old folder or the whole new one. On Cloud Storage a folder rename copies objects;
+        the old folder is moved aside first so `dst` never mixes two exports.
+        """
+        src_path, dst_path = self.path(src), self.path(dst)
+        old = None
+        if tf.io.gfile.exists(dst_path):
+            old = f"{dst_path.rstrip('/')}.old-{uuid.uuid4().hex[:8]}"
+            tf.io.gfile.rename(dst_path, old)
+        tf.io.gfile.rename(src_path, dst_path)
+        if old:
+            tf.io.gfile.rmtree(old)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message: TensorFlow's often run to pages."""
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__

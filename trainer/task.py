@@ -1,0 +1,96 @@
+"""Entry point: `python -m trainer.task --train_data=gs://... --label=y --task=binary`.
+
+Flags become one validated Config; the strategy is created before any other TensorFlow
+op; `job.run` does the rest. Nothing below this module reads FLAGS. User mistakes end
+in one line naming the culprit and exit code 2, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging as absl_logging
+
+from trainer import config as config_lib
+
+# TensorFlow's C++ INFO lines drown the progress lines; warnings still show.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+F = flags.FLAGS
+flags.DEFINE_string("train_data", None, "Glob of training TFRecord files (gs:// or local). "
+                    "Default: $AIP_TRAINING_DATA_URI.")
+flags.DEFINE_string("eval_data", None, "Glob of evaluation TFRecord files. "
+                    "Default: $AIP_VALIDATION_DATA_URI; none: no evaluation.")
+flags.DEFINE_string("label", None, "Name of the target feature.")
+flags.DEFINE_enum("task", None, list(config_lib.TASKS), "What the label is.")
+flags.DEFINE_string("schema", None, "JSON feature schema; inferred from the data if unset.")
+flags.DEFINE_string("job_dir", None, "Base output folder: model/, checkpoints/, logs/ below it.")
+flags.DEFINE_string("model_dir", None, "SavedModel folder. Default: $AIP_MODEL_DIR, "
+                    "else <job_dir>/model.")
+flags.DEFINE_string("checkpoint_dir", None, "Default: $AIP_CHECKPOINT_DIR, "
+                    "else <job_dir>/checkpoints.")
+flags.DEFINE_string("tensorboard_dir", None, "Default: $AIP_TENSORBOARD_LOG_DIR, "
+                    "else <job_dir>/logs.")
+flags.DEFINE_integer("batch_size", 64, "Global batch size, split evenly across replicas.")
+flags.DEFINE_integer("train_steps", 1000, "Optimizer steps in all.")
+flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
+flags.DEFINE_string("hidden_units", "64,32", "Sizes of the hidden layers, e.g. 256,128.")
+flags.DEFINE_integer("steps_per_loop", 100, "Steps per compiled inner loop (one log line).")
+flags.DEFINE_integer("eval_every_steps", 0, "Evaluate every N steps; 0: only at the end.")
+flags.DEFINE_integer("eval_steps", 0, "Batches per evaluation; 0: all of --eval_data.")
+flags.DEFINE_integer("checkpoint_every_steps", 0, "Checkpoint every N steps; 0: at the end.")
+flags.DEFINE_integer("seed", None, "Seed for initialisation and data order; set it for "
+                     "reproducible runs (also makes tf.data deterministic).")
+flags.DEFINE_integer("shuffle_buffer", 10_000, "Records in the shuffle buffer.")
+flags.DEFINE_integer("schema_sample_records", 10_000, "Records read to infer the schema.")
+flags.DEFINE_string("model_fn", None, "Custom model builder, 'package.module:function'.")
+flags.DEFINE_enum("strategy", "auto", list(config_lib.STRATEGIES),
+                  "Distribution strategy; auto decides from TF_CONFIG/CLUSTER_SPEC and GPUs.")
+flags.DEFINE_bool("run_eagerly", False, "Run the training step eagerly, for debugging.")
+flags.DEFINE_enum("shard_by", "auto", list(config_lib.SHARD_POLICIES),
+                  "How workers split the data; auto: by file if there are enough files.")
+flags.DEFINE_integer("cpu_devices", 1, "Without GPUs, split the CPU into this many logical "
+                     "devices (mirrored replicas), to debug multi-replica runs locally.")
+flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
+                    "DIR/BUCKET/PATH: run the cloud command line locally.")
+
+FIELDS = ("train_data", "eval_data", "label", "task", "schema", "job_dir", "model_dir",
+          "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps", "learning_rate",
+          "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
+          "checkpoint_every_steps", "seed", "shuffle_buffer", "schema_sample_records",
+          "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices", "fake_gcs_root")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        return _fail(f"unexpected arguments {argv[1:]}: every option is a --flag")
+    absl_logging.set_verbosity(absl_logging.INFO)
+    # TensorFlow's own INFO lines (saver, signatures) would bury the progress lines.
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    try:
+        config = config_lib.make_config(env=os.environ, **{k: F[k].value for k in FIELDS})
+    except config_lib.ConfigError as e:
+        return _fail(str(e))
+    # Imported here so that --help and flag errors do not wait for TensorFlow.
+    from trainer import distribution, job
+    try:
+        strategy, cluster = distribution.create_strategy(config.strategy, os.environ,
+                                                         config.cpu_devices)
+        job.run(config, strategy, cluster)
+    except job.USER_ERRORS as e:
+        return _fail(str(e))
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["label", "task"])
+    app.run(main)

@@ -1,0 +1,91 @@
+"""The per-replica steps and the inner loops that run them under a strategy.
+
+`train_step` is a plain function of (model, optimizer, head, batch): put a breakpoint or a
+print in it and run with `--run_eagerly`. `Loops` runs `steps_per_loop` of those steps per
+call through `strategy.run`, compiled by `tf.function` (a `tf.range` loop, so one Python
+call covers many steps) unless eager mode is asked for. Eager and compiled run the very
+same Python code; tests hold them to the same weights.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from trainer import heads
+
+
+def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: heads.Head,
+               batch: tuple, global_batch_size: int) -> tf.Tensor:
+    """One optimisation step on one replica's share of the global batch.
+
+    The loss is summed over this replica's examples and divided by the *global* batch
+    size: summed over replicas, that is the mean over the global batch, so gradients do
+    not depend on how many replicas share the batch.
+
+    Returns:
+      This replica's share of the global mean loss.
+    """
+    features, labels = batch
+    with tf.GradientTape() as tape:
+        logits = model(features, training=True)
+        loss = tf.nn.compute_average_loss(head.loss(labels, logits),
+                                          global_batch_size=global_batch_size)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, tf.Tensor]:
+    """Metric sums for one replica's evaluation batch."""
+    features, labels = batch
+    return head.metric_sums(labels, model(features, training=False))
+
+
+class Loops:
+    """The compiled (or eager) inner loops of training and evaluation."""
+
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model,
+                 optimizer: keras.optimizers.Optimizer, head: heads.Head,
+                 global_batch_size: int, run_eagerly: bool = False):
+        self.strategy = strategy
+        self.model = model
+        self.optimizer = optimizer
+        self.head = head
+        self.global_batch_size = global_batch_size
+        wrap = (lambda fn: fn) if run_eagerly else tf.function
+        self.train = wrap(self._train)
+        self.evaluate_steps = wrap(self._evaluate_steps)
+        self.evaluate_all = wrap(self._evaluate_all)
+
+    def _step(self, batch):
+        return train_step(self.model, self.optimizer, self.head, batch, self.global_batch_size)
+
+    def _train(self, iterator, num_steps: tf.Tensor) -> tf.Tensor:
+        """Runs `num_steps` training steps; returns their mean loss."""
+        total = tf.constant(0.0)
+        for _ in tf.range(num_steps):
+            per_replica = self.strategy.run(self._step, args=(next(iterator),))
+            total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return total / tf.cast(num_steps, tf.float32)
+
+    def _eval_batch(self, sums: dict, batch) -> dict:
+        per_replica = self.strategy.run(eval_step, args=(self.model, self.head, batch))
+        return {k: sums[k] + self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+                for k, v in per_replica.items()}
+
+    def _zero_sums(self) -> dict:
+        return {name: tf.constant(0.0) for name in self.head.sum_names}
+
+    def _evaluate_steps(self, iterator, num_steps: tf.Tensor) -> dict:
+        sums = self._zero_sums()
+        for _ in tf.range(num_steps):
+            sums = self._eval_batch(sums, next(iterator))
+        return sums
+
+    def _evaluate_all(self, dataset) -> dict:
+        # Iterating a distributed dataset handles the uneven last batch on every worker.
+        sums = self._zero_sums()
+        for batch in dataset:
+            sums = self._eval_batch(sums, batch)
+        return sums
