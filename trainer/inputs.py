@@ -155,43 +155,43 @@ def sample_records(storage: storage_lib.Storage, files: list[str],
         except StopIteration:
             return
         except tf.errors.OpError as e:
-            raise DataError(_describe_read_error(e, storage, files)) from None
+            bad = find_bad_record(storage, files, None)
+            raise DataError(f"cannot read {bad or storage_lib.first_line(e)}") from None
         yield f"{storage.uri(path.numpy().decode())} record {int(index)}", record.numpy()
 
 
 def find_bad_record(storage: storage_lib.Storage, files: list[str],
-                    schema: schema_lib.Schema) -> str | None:
+                    schema: schema_lib.Schema | None) -> str | None:
     """Looks for the first record that cannot be read or parsed; slow, for diagnosis only.
 
+    TensorFlow's read and parse errors name neither the file nor the record; this does.
+
+    Args:
+      schema: what records must parse as; None checks only that they can be read.
+
     Returns:
-      'FILE record N: what is wrong', or None when every record parses.
+      'FILE record N: what is wrong', or None when every record is fine.
     """
-    spec = schema.parse_spec(with_label=True)
-    encode_label = label_encoder(schema)
+    if schema is None:
+        check = lambda batch: batch  # noqa: E731 (reading is the check)
+    else:
+        spec, encode_label = schema.parse_spec(with_label=True), label_encoder(schema)
+        check = lambda batch: encode_label(  # noqa: E731
+            tf.io.parse_example(batch, spec)[schema.label.name])
     for uri in files:
         index = 0
         try:
             for batch in tf.data.TFRecordDataset(storage.path(uri)).batch(256):
                 try:
-                    encode_label(tf.io.parse_example(batch, spec)[schema.label.name])
+                    check(batch)
                 except tf.errors.OpError:
                     # Narrow the failing batch down to its first bad record.
-                    for offset, record in enumerate(batch):
+                    for offset in range(int(tf.shape(batch)[0])):
                         try:
-                            encode_label(tf.io.parse_single_example(record, spec)[
-                                schema.label.name])
+                            check(batch[offset:offset + 1])
                         except tf.errors.OpError as e:
                             return f"{uri} record {index + offset}: {storage_lib.first_line(e)}"
                 index += int(tf.shape(batch)[0])
         except tf.errors.OpError as e:
-            return f"{uri} after record {index}: {storage_lib.first_line(e)}"
+            return f"{uri}: {storage_lib.first_line(e)}"  # TF names the byte offset
     return None
-
-
-def _describe_read_error(error: tf.errors.OpError, storage: storage_lib.Storage,
-                         files: list[str]) -> str:
-    text = storage_lib.first_line(error)
-    for uri in files:
-        if storage.path(uri) in str(error):
-            return f"cannot read {uri}: {text}"
-    return f"cannot read the training data: {text}"

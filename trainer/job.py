@@ -139,9 +139,13 @@ def _train(config, storage, strategy, schema, loops, ckpt, evaluate, train_files
                           (config.eval_every_steps, config.checkpoint_every_steps) if every))
         try:
             loss = float(loops.train(iterator, tf.constant(num_steps)))
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+            # TensorFlow's error names neither file nor record: find them. If the data is
+            # fine, the error is not the user's: let it through with its stack trace.
             bad = inputs.find_bad_record(storage, train_files, schema)
-            raise inputs.DataError(bad or f"training data: {storage_lib.first_line(e)}") from None
+            if bad:
+                raise inputs.DataError(bad) from None
+            raise
         step += num_steps
         if not tf.math.is_finite(loss):
             raise TrainingError(f"loss became {loss} in the loop ending at step {step}; "

@@ -49,8 +49,14 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
             parts.append(x)
             continue
         vocabulary = [f.default_value()] + [v for v in f.vocabulary if v != f.default_value()]
-        lookup_cls = keras.layers.StringLookup if f.dtype == "string" else keras.layers.IntegerLookup
-        ids = lookup_cls(vocabulary=vocabulary, num_oov_indices=1, name=f"{f.name}_lookup")(x)
+        if f.dtype == "string":
+            lookup = keras.layers.StringLookup(vocabulary=vocabulary, name=f"{f.name}_lookup")
+        else:
+            # The OOV token must not be a vocabulary entry (Keras' default, -1, is our
+            # missing value), or lookups silently shift.
+            lookup = keras.layers.IntegerLookup(vocabulary=vocabulary, oov_token=min(vocabulary) - 1,
+                                                name=f"{f.name}_lookup")
+        ids = lookup(x)
         slots = len(vocabulary) + 1
         if slots <= ONE_HOT_MAX:
             encoded = keras.layers.CategoryEncoding(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import uuid
 from typing import Any
 
@@ -166,6 +167,7 @@ class Storage:
 
 
 def first_line(error: BaseException) -> str:
-    """The first line of an error's message: TensorFlow's often run to pages."""
+    """The first line of an error's message, without TensorFlow's op and node details."""
     text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    text = re.sub(r"\{\{[^}]*\}\}|\[Op:\w+\]( name: \S*)?|Name: <unknown>, ", "", text).strip()
+    return text.splitlines()[0].strip() if text else type(error).__name__

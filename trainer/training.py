@@ -32,6 +32,10 @@ def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: 
         loss = tf.nn.compute_average_loss(head.loss(labels, logits),
                                           global_batch_size=global_batch_size)
     grads = tape.gradient(loss, model.trainable_variables)
+    # Embedding gradients come as IndexedSlices whose length differs between replicas;
+    # all-reducing those fails in TF 2.21's collectives. Dense sums always work and are
+    # deterministic; for the vocabularies of tabular data they are cheap.
+    grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return loss
 

@@ -1,0 +1,179 @@
+"""Shared fixtures: tiny datasets on a fake GCS root, configs, and subprocess helpers.
+
+The CPU is split into two logical devices before TensorFlow starts, so in-process tests
+can compare one replica with two under MirroredStrategy without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from trainer import config as config_lib
+from trainer import sample_data
+from trainer import storage as storage_lib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * 2)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUCKET = "test-bucket"
+TASKS = ("regression", "binary", "multiclass")
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory) -> str:
+    """A fake Cloud Storage root with bucket `test-bucket` and a tiny dataset per task
+    at gs://test-bucket/<task>/{train,eval}-*.tfrecord."""
+    root = str(tmp_path_factory.mktemp("gcs"))
+    os.makedirs(os.path.join(root, BUCKET))
+    store = storage_lib.Storage(root)
+    for i, task in enumerate(TASKS):
+        sample_data.write_dataset(store, f"gs://{BUCKET}/{task}", task, train_examples=512,
+                                  eval_examples=128, num_shards=4, seed=i)
+    return root
+
+
+@pytest.fixture(scope="session")
+def mirrored_two_cpus() -> tf.distribute.MirroredStrategy:
+    """One MirroredStrategy over the two logical CPUs for the whole session.
+
+    Two strategy objects in one process reuse collective instance keys, and TensorFlow
+    then mixes up their all-reduces ("Shape mismatch in the collective instance"); a job
+    creates exactly one strategy, and so do the tests.
+    """
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture
+def store(fake_gcs) -> storage_lib.Storage:
+    return storage_lib.Storage(fake_gcs)
+
+
+@pytest.fixture
+def job_uri(fake_gcs, request) -> str:
+    """A fresh gs:// job folder per test, under the fake root."""
+    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "-")
+    return f"gs://{BUCKET}/jobs/{name}-{time.monotonic_ns()}"
+
+
+def data_globs(task: str) -> tuple[str, str]:
+    return (f"gs://{BUCKET}/{task}/train-*.tfrecord", f"gs://{BUCKET}/{task}/eval-*.tfrecord")
+
+
+def make_config(fake_gcs: str, job_uri: str, task: str = "binary", **overrides):
+    train, evaluation = data_globs(task)
+    values = dict(train_data=train, eval_data=evaluation, label="label", task=task,
+                  job_dir=job_uri, fake_gcs_root=fake_gcs, batch_size=32, train_steps=20,
+                  steps_per_loop=10, hidden_units=(16, 8), seed=7, shuffle_buffer=256)
+    values.update(overrides)
+    return config_lib.make_config(env={}, **values)
+
+
+def task_args(fake_gcs: str, job_uri: str, task: str = "binary", **flags) -> list[str]:
+    """Command-line flags for `python -m trainer.task` on the tiny dataset."""
+    train, evaluation = data_globs(task)
+    values = dict(train_data=train, eval_data=evaluation, label="label", task=task,
+                  job_dir=job_uri, fake_gcs_root=fake_gcs, batch_size=32, train_steps=20,
+                  steps_per_loop=10, hidden_units="16,8", seed=7, shuffle_buffer=256)
+    values.update(flags)
+    return [f"--{k}={v}" for k, v in values.items() if v is not None]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CONFIG", "CLUSTER_SPEC") and not k.startswith("AIP_")}
+    env.update(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+    return env
+
+
+def run_task(args: list[str], timeout: float = 180, **env) -> subprocess.CompletedProcess:
+    """Runs `python -m trainer.task ARGS` and returns the finished process."""
+    return subprocess.run([sys.executable, "-m", "trainer.task", *args], cwd=REPO,
+                          env=subprocess_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("localhost", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def run_cluster(args: list[str], envs: list[dict[str, str]], timeout: float = 240) -> list[str]:
+    """Starts one `trainer.task` process per env, waits for all, and returns their logs.
+
+    Fails fast: when any process exits non-zero, or the timeout passes, every process
+    of the cluster is killed (their whole process groups) and the test fails with the logs.
+    """
+    procs = [subprocess.Popen([sys.executable, "-m", "trainer.task", *args], cwd=REPO,
+                              env=subprocess_env(**env), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for env in envs]
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        logs = [p.communicate()[0] for p in procs]
+    codes = [p.returncode for p in procs]
+    if any(codes):
+        pytest.fail(f"cluster processes exited with {codes}:\n" + "\n----\n".join(
+            log[-3000:] for log in logs))
+    return logs
+
+
+def tf_config(cluster: dict, task_type: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def predict_in_subprocess(model_dir: str, records: list[bytes]) -> dict:
+    """Loads a SavedModel in a fresh Python with TensorFlow only and serves `records`.
+
+    Returns:
+      The outputs of `serving_default` as lists.
+    """
+    code = (
+        "import json, sys, base64\n"
+        "assert 'trainer' not in sys.modules\n"
+        "import tensorflow as tf\n"
+        "records = [base64.b64decode(r) for r in json.load(sys.stdin)]\n"
+        f"model = tf.saved_model.load({model_dir!r})\n"
+        "out = model.signatures['serving_default'](examples=tf.constant(records))\n"
+        "decode = lambda v: v.decode() if isinstance(v, bytes) else v\n"
+        "print(json.dumps({k: [decode(x) for x in v.numpy().tolist()] "
+        "for k, v in out.items()}))\n")
+    import base64
+    proc = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(
+            [base64.b64encode(r).decode() for r in records]),
+        cwd="/", env={**subprocess_env(), "PYTHONPATH": ""}, capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def read_records(store: storage_lib.Storage, glob: str, n: int) -> list[bytes]:
+    files = [store.path(f) for f in store.glob(glob)]
+    return [r.numpy() for r in tf.data.TFRecordDataset(files).take(n)]

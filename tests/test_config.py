@@ -1,0 +1,76 @@
+"""Config: flag validation, Vertex's AIP_* defaults, and the thin entry point's errors."""
+
+import dataclasses
+
+import pytest
+
+from conftest import run_task
+from trainer import config as config_lib
+
+BASE = dict(train_data="gs://b/train-*", label="y", task="binary", job_dir="gs://b/job")
+
+
+def test_job_dir_gives_vertex_layout():
+    config = config_lib.make_config(env={}, **BASE)
+    assert (config.model_dir, config.checkpoint_dir, config.tensorboard_dir) == (
+        "gs://b/job/model", "gs://b/job/checkpoints", "gs://b/job/logs")
+
+
+def test_vertex_environment_is_the_default():
+    env = {"AIP_MODEL_DIR": "gs://v/out/model/", "AIP_CHECKPOINT_DIR": "gs://v/out/checkpoints/",
+           "AIP_TENSORBOARD_LOG_DIR": "gs://v/out/logs/", "AIP_TRAINING_DATA_URI": "gs://v/t-*",
+           "AIP_VALIDATION_DATA_URI": "gs://v/e-*"}
+    config = config_lib.make_config(env=env, label="y", task="regression")
+    assert config.model_dir == "gs://v/out/model"  # trailing slash dropped
+    assert config.checkpoint_dir == "gs://v/out/checkpoints"
+    assert config.tensorboard_dir == "gs://v/out/logs"
+    assert (config.train_data, config.eval_data) == ("gs://v/t-*", "gs://v/e-*")
+
+
+def test_flags_win_over_environment():
+    env = {"AIP_MODEL_DIR": "gs://v/model"}
+    config = config_lib.make_config(env=env, model_dir="/tmp/m", **BASE)
+    assert config.model_dir == "/tmp/m"
+
+
+def test_config_is_frozen_and_serialisable():
+    config = config_lib.make_config(env={}, hidden_units="256,128", **BASE)
+    assert config.hidden_units == (256, 128)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.batch_size = 3
+    assert config.to_json()["hidden_units"] == [256, 128]
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (dict(batch_size=0), "--batch_size=0: expected an integer >= 1"),
+    (dict(train_steps=-5), "--train_steps=-5"),
+    (dict(task="ranking"), "--task='ranking': expected one of regression, binary, multiclass"),
+    (dict(strategy="tpu"), "--strategy='tpu'"),
+    (dict(shard_by="row"), "--shard_by='row'"),
+    (dict(learning_rate=0.0), "--learning_rate=0.0"),
+    (dict(hidden_units="64,x"), "--hidden_units='64,x'"),
+    (dict(hidden_units="0"), "--hidden_units='0'"),
+    (dict(label=""), "--label is not set"),
+    (dict(train_data=None), "--train_data is not set"),
+    (dict(job_dir=None), "--model_dir is not set: pass --job_dir, --model_dir, or set AIP_MODEL_DIR"),
+    (dict(eval_data="gs:///x"), "--eval_data: bad Cloud Storage path"),
+])
+def test_bad_values_name_the_flag(overrides, fragment):
+    with pytest.raises(config_lib.ConfigError) as e:
+        config_lib.make_config(env={}, **{**BASE, **overrides})
+    assert fragment in str(e.value)
+
+
+def test_entry_point_reports_bad_flags_in_one_line():
+    proc = run_task(["--train_data=gs://b/t-*", "--label=y", "--task=binary",
+                     "--job_dir=/tmp/x", "--batch_size=0"], timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: --batch_size=0: expected an integer >= 1")
+    assert "Traceback" not in proc.stderr
+
+
+def test_entry_point_rejects_unknown_task():
+    proc = run_task(["--label=y", "--task=ranking"], timeout=60)
+    assert proc.returncode != 0
+    assert "ranking" in proc.stderr and "Traceback" not in proc.stderr

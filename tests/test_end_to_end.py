@@ -1,0 +1,148 @@
+"""End to end through `python -m trainer.task`: the local run with gs:// paths, user
+errors as one line, and real multi-worker clusters on loopback against one process."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import (BUCKET, data_globs, free_ports, predict_in_subprocess, read_records,
+                      run_cluster, run_task, task_args, tf_config)
+
+
+def test_local_run_with_gcs_paths_trains_and_exports(fake_gcs, job_uri, store):
+    proc = run_task(task_args(fake_gcs, job_uri, task="multiclass", train_steps=40,
+                              eval_every_steps=20))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stderr
+    assert "step 20/40 loss=" in log and "step 40/40 loss=" in log
+    assert "examples/s=" in log and "time_left=" in log
+    assert "eval at step 20:" in log and "final metrics:" in log
+    assert "strategy _DefaultDistributionStrategy with 1 replica(s)" in log
+    model_dir = f"{job_uri}/model"
+    served = predict_in_subprocess(store.path(model_dir),
+                                   read_records(store, data_globs("multiclass")[1], 4))
+    assert set(served["predictions"]) <= {"low", "mid", "high"}
+    assert set(store.listdir(job_uri)) == {"model", "checkpoints", "logs"}
+    assert store.glob(f"{job_uri}/logs/events.out.tfevents.*")
+
+    # The written schema, given back with --schema, reproduces the run's input handling.
+    rerun = run_task(task_args(fake_gcs, job_uri + "-schema", task="multiclass",
+                               schema=f"{model_dir}/schema.json", train_steps=10))
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "inferred schema" not in rerun.stderr
+
+
+def test_rerunning_a_finished_job_does_not_retrain(fake_gcs, job_uri):
+    first = run_task(task_args(fake_gcs, job_uri, train_steps=10))
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_task(task_args(fake_gcs, job_uri, train_steps=10))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming at step 10 of 10" in again.stderr and "step 10/10" not in again.stderr
+
+
+def write_bad_label_data(store):
+    from test_schema import example
+    uri = f"gs://{BUCKET}/badlabel/part-0.tfrecord"
+    store.makedirs(uri.rsplit("/", 1)[0])
+    with tf.io.TFRecordWriter(store.path(uri)) as w:
+        for i in range(40):
+            w.write(example(x=float(i), label=i % 2) if i != 33 else example(x=1.0))
+    return f"gs://{BUCKET}/badlabel/*.tfrecord"
+
+
+@pytest.mark.parametrize("case, flags, env, fragment", [
+    ("no match", dict(train_data=f"gs://{BUCKET}/nothing/*.tfrecord"), {},
+     f"error: no file matches 'gs://{BUCKET}/nothing/*.tfrecord' in bucket '{BUCKET}'"),
+    ("no bucket", dict(train_data="gs://missing-bucket/x/*.tfrecord"), {},
+     "error: bucket 'missing-bucket' of 'gs://missing-bucket/x/*.tfrecord' does not exist"),
+    ("no label", dict(label="price"), {}, "error: label 'price' is not a feature of the "
+                                          "sampled records (features: age, city, color"),
+    ("label type", dict(task="regression", train_data=data_globs("multiclass")[0]), {},
+     "error: label 'label' is a string; --task=regression needs numbers"),
+    ("replicas", dict(cpu_devices=2, batch_size=33), {},
+     "error: --batch_size=33 does not divide evenly across 2 replicas"),
+    ("tf_config", {}, dict(TF_CONFIG='{"cluster": {"worker": ["localhost:1"]}'),
+     "error: TF_CONFIG is not valid JSON"),
+    ("evaluator", {}, dict(CLUSTER_SPEC=json.dumps({
+        "cluster": {"workerpool0": ["a:1"], "workerpool3": ["b:1"]},
+        "task": {"type": "workerpool3", "index": 0}})),
+     "error: CLUSTER_SPEC: this task is an evaluator"),
+    ("mirrored in cluster", dict(strategy="mirrored"), dict(TF_CONFIG=json.dumps({
+        "cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "chief", "index": 0}})),
+     "error: --strategy=mirrored runs in one process, but TF_CONFIG names 2 training task(s)"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 20 else "")
+def test_user_errors_are_one_line_and_exit_2(fake_gcs, job_uri, store, case, flags, env,
+                                             fragment):
+    defaults = {"task": "multiclass"}
+    proc = run_task(task_args(fake_gcs, job_uri, **{**defaults, **flags}), timeout=120, **env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(fragment), last
+    assert not store.exists(f"{job_uri}/model")  # nothing half-written
+
+
+def test_record_without_label_is_named(fake_gcs, job_uri, store):
+    glob = write_bad_label_data(store)
+    schema = f"gs://{BUCKET}/badlabel/schema.json"
+    store.write_json(schema, {"label": {"name": "label", "dtype": "int", "classes": [0, 1]},
+                              "features": [{"name": "x", "dtype": "float"}]})
+    proc = run_task(task_args(fake_gcs, job_uri, train_data=glob, eval_data=None,
+                              schema=schema, batch_size=8))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: gs://{BUCKET}/badlabel/part-0.tfrecord record 33: Feature: label "
+        f"(data type: int64) is required but could not be found. (with schema {schema})")
+
+
+def predictions(store, model_dir, records):
+    serve = tf.saved_model.load(store.path(model_dir)).signatures["serving_default"]
+    return serve(examples=tf.constant(records))["probabilities"].numpy()
+
+
+def test_three_workers_match_one_process(fake_gcs, job_uri, store, tmp_path):
+    """A Vertex-shaped chief + 2 workers cluster trains the model one process trains with
+    the same global batch: exported predictions agree within 1e-4."""
+    flags = dict(task="binary", batch_size=48, train_steps=30, shard_by="record",
+                 eval_data=None)
+    single = run_task(task_args(fake_gcs, job_uri + "/single", **flags))
+    assert single.returncode == 0, single.stderr[-3000:]
+
+    ports = free_ports(3)
+    cluster = {"chief": [f"localhost:{ports[0]}"],
+               "worker": [f"localhost:{ports[1]}", f"localhost:{ports[2]}"]}
+    tasks = [("chief", 0), ("worker", 0), ("worker", 1)]
+    scratch = [tmp_path / f"tmp-{t}-{i}" for t, i in tasks]
+    for s in scratch:
+        s.mkdir()
+    logs = run_cluster(task_args(fake_gcs, job_uri + "/multi", **flags),
+                       [dict(TF_CONFIG=tf_config(cluster, t, i), TMPDIR=str(s))
+                        for (t, i), s in zip(tasks, scratch)])
+    assert "with 3 replica(s) in sync" in logs[0]
+    assert "TF_CONFIG names 3 training task(s), this is worker 1" in logs[2]
+
+    records = read_records(store, data_globs("binary")[1], 64)
+    np.testing.assert_allclose(predictions(store, job_uri + "/multi/model", records),
+                               predictions(store, job_uri + "/single/model", records),
+                               atol=1e-4)
+    # Only the chief's outputs remain: one event file, no worker scratch left behind.
+    assert len(store.glob(f"{job_uri}/multi/logs/*")) == 1
+    assert set(store.listdir(f"{job_uri}/multi")) == {"model", "checkpoints", "logs"}
+    assert all(not os.listdir(s) for s in scratch), [os.listdir(s) for s in scratch]
+
+
+def test_two_workers_from_vertex_cluster_spec(fake_gcs, job_uri, store):
+    """Custom containers get only CLUSTER_SPEC: worker pools 0 and 1 form the cluster."""
+    ports = free_ports(2)
+    spec = {"cluster": {"workerpool0": [f"localhost:{ports[0]}"],
+                        "workerpool1": [f"localhost:{ports[1]}"]}, "environment": "cloud"}
+    envs = [dict(CLUSTER_SPEC=json.dumps({**spec, "task": {"type": f"workerpool{i}",
+                                                           "index": 0}})) for i in (0, 1)]
+    logs = run_cluster(task_args(fake_gcs, job_uri, task="regression", train_steps=20,
+                                 eval_data=data_globs("regression")[1]), envs)
+    assert "CLUSTER_SPEC names 2 training task(s), this is chief 0" in logs[0]
+    metrics = store.read_json(f"{job_uri}/model/metrics.json")
+    assert metrics["examples"] == 128  # both workers' eval shares, summed once

@@ -1,0 +1,84 @@
+"""Storage: gs:// served from a fake root: paths, globs, listing, atomic writes."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from trainer import storage as storage_lib
+
+
+@pytest.fixture
+def root(tmp_path):
+    os.makedirs(tmp_path / "bkt" / "data")
+    for name in ("b.txt", "a.txt", "c.bin"):
+        (tmp_path / "bkt" / "data" / name).write_text(name)
+    return str(tmp_path)
+
+
+def test_gcs_paths_map_into_the_root_and_back(root):
+    s = storage_lib.Storage(root)
+    assert s.path("gs://bkt/data/a.txt") == os.path.join(root, "bkt", "data", "a.txt")
+    assert s.uri(s.path("gs://bkt/data/a.txt")) == "gs://bkt/data/a.txt"
+    assert s.path("/local/file") == "/local/file"
+    assert storage_lib.Storage().path("gs://bkt/x") == "gs://bkt/x"  # real GCS untouched
+
+
+def test_glob_returns_sorted_gcs_uris(root):
+    s = storage_lib.Storage(root)
+    assert s.glob("gs://bkt/data/*.txt") == ["gs://bkt/data/a.txt", "gs://bkt/data/b.txt"]
+
+
+def test_glob_without_match_names_pattern_and_bucket(root):
+    s = storage_lib.Storage(root)
+    with pytest.raises(storage_lib.StorageError,
+                       match=r"no file matches 'gs://bkt/data/\*.csv' in bucket 'bkt'"):
+        s.glob("gs://bkt/data/*.csv")
+
+
+def test_missing_bucket_is_an_error_like_on_gcs(root):
+    s = storage_lib.Storage(root)
+    with pytest.raises(storage_lib.StorageError, match="bucket 'nope' of 'gs://nope/x/\\*'"):
+        s.glob("gs://nope/x/*")
+    with pytest.raises(storage_lib.StorageError, match="bucket 'nope'"):
+        s.write_json("gs://nope/out.json", {})
+
+
+def test_bad_gcs_path_is_named():
+    with pytest.raises(storage_lib.StorageError, match="expected gs://BUCKET/PATH"):
+        storage_lib.Storage("/tmp").path("gs:///x")
+
+
+def test_write_is_atomic_and_leaves_no_temporary(root):
+    s = storage_lib.Storage(root)
+    s.write_json("gs://bkt/out/deep/m.json", {"a": 1})
+    assert s.read_json("gs://bkt/out/deep/m.json") == {"a": 1}
+    s.write_json("gs://bkt/out/deep/m.json", {"a": 2})
+    assert s.read_json("gs://bkt/out/deep/m.json") == {"a": 2}
+    assert s.listdir("gs://bkt/out/deep") == ["m.json"]
+
+
+def test_read_errors_name_the_file(root):
+    s = storage_lib.Storage(root)
+    with pytest.raises(storage_lib.StorageError, match="cannot read 'gs://bkt/none.json'"):
+        s.read_json("gs://bkt/none.json")
+    s.write_bytes("gs://bkt/bad.json", b"{not json")
+    with pytest.raises(storage_lib.StorageError, match="'gs://bkt/bad.json' is not valid JSON"):
+        s.read_json("gs://bkt/bad.json")
+
+
+def test_replace_dir_swaps_whole_folders(root):
+    s = storage_lib.Storage(root)
+    s.write_bytes("gs://bkt/new/f1", b"new")
+    s.write_bytes("gs://bkt/dst/old_only", b"old")
+    s.replace_dir("gs://bkt/new", "gs://bkt/dst")
+    assert s.listdir("gs://bkt/dst") == ["f1"]
+    assert not s.exists("gs://bkt/new")
+    assert [n for n in s.listdir("gs://bkt") if n.startswith("dst.old")] == []
+
+
+def test_tensorflow_reads_what_storage_writes(root):
+    s = storage_lib.Storage(root)
+    s.write_bytes("gs://bkt/x.bin", b"hello")
+    with tf.io.gfile.GFile(s.path("gs://bkt/x.bin"), "rb") as f:
+        assert f.read() == b"hello"
