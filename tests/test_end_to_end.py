@@ -103,14 +103,23 @@ def predictions(store, model_dir, records):
     return serve(examples=tf.constant(records))["probabilities"].numpy()
 
 
-def test_three_workers_match_one_process(fake_gcs, job_uri, store, tmp_path):
+AGREEMENT_FLAGS = dict(task="binary", batch_size=48, train_steps=30, shard_by="record",
+                      eval_data=None)
+
+
+@pytest.fixture(scope="module")
+def single_process_model(fake_gcs) -> str:
+    """The baseline: one process, compiled, the same global batch as the clusters."""
+    job = f"gs://{BUCKET}/jobs/agreement-single"
+    proc = run_task(task_args(fake_gcs, job, **AGREEMENT_FLAGS))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return f"{job}/model"
+
+
+def test_three_workers_match_one_process(fake_gcs, job_uri, store, tmp_path,
+                                         single_process_model):
     """A Vertex-shaped chief + 2 workers cluster trains the model one process trains with
     the same global batch: exported predictions agree within 1e-4."""
-    flags = dict(task="binary", batch_size=48, train_steps=30, shard_by="record",
-                 eval_data=None)
-    single = run_task(task_args(fake_gcs, job_uri + "/single", **flags))
-    assert single.returncode == 0, single.stderr[-3000:]
-
     ports = free_ports(3)
     cluster = {"chief": [f"localhost:{ports[0]}"],
                "worker": [f"localhost:{ports[1]}", f"localhost:{ports[2]}"]}
@@ -118,31 +127,35 @@ def test_three_workers_match_one_process(fake_gcs, job_uri, store, tmp_path):
     scratch = [tmp_path / f"tmp-{t}-{i}" for t, i in tasks]
     for s in scratch:
         s.mkdir()
-    logs = run_cluster(task_args(fake_gcs, job_uri + "/multi", **flags),
+    logs = run_cluster(task_args(fake_gcs, job_uri, **AGREEMENT_FLAGS),
                        [dict(TF_CONFIG=tf_config(cluster, t, i), TMPDIR=str(s))
                         for (t, i), s in zip(tasks, scratch)])
     assert "with 3 replica(s) in sync" in logs[0]
     assert "TF_CONFIG names 3 training task(s), this is worker 1" in logs[2]
 
     records = read_records(store, data_globs("binary")[1], 64)
-    np.testing.assert_allclose(predictions(store, job_uri + "/multi/model", records),
-                               predictions(store, job_uri + "/single/model", records),
-                               atol=1e-4)
+    np.testing.assert_allclose(predictions(store, f"{job_uri}/model", records),
+                               predictions(store, single_process_model, records), atol=1e-4)
     # Only the chief's outputs remain: one event file, no worker scratch left behind.
-    assert len(store.glob(f"{job_uri}/multi/logs/*")) == 1
-    assert set(store.listdir(f"{job_uri}/multi")) == {"model", "checkpoints", "logs"}
+    assert len(store.glob(f"{job_uri}/logs/*")) == 1
+    assert set(store.listdir(job_uri)) == {"model", "checkpoints", "logs"}
     assert all(not os.listdir(s) for s in scratch), [os.listdir(s) for s in scratch]
 
 
-def test_two_workers_from_vertex_cluster_spec(fake_gcs, job_uri, store):
-    """Custom containers get only CLUSTER_SPEC: worker pools 0 and 1 form the cluster."""
+def test_two_eager_workers_from_vertex_cluster_spec_match_one_process(
+        fake_gcs, job_uri, store, single_process_model):
+    """Custom containers get only CLUSTER_SPEC: worker pools 0 and 1 form the cluster.
+    Run eagerly (the debugging mode), they still train what one compiled process does."""
     ports = free_ports(2)
     spec = {"cluster": {"workerpool0": [f"localhost:{ports[0]}"],
                         "workerpool1": [f"localhost:{ports[1]}"]}, "environment": "cloud"}
     envs = [dict(CLUSTER_SPEC=json.dumps({**spec, "task": {"type": f"workerpool{i}",
                                                            "index": 0}})) for i in (0, 1)]
-    logs = run_cluster(task_args(fake_gcs, job_uri, task="regression", train_steps=20,
-                                 eval_data=data_globs("regression")[1]), envs)
+    flags = {**AGREEMENT_FLAGS, "eval_data": data_globs("binary")[1], "run_eagerly": True}
+    logs = run_cluster(task_args(fake_gcs, job_uri, **flags), envs)
     assert "CLUSTER_SPEC names 2 training task(s), this is chief 0" in logs[0]
-    metrics = store.read_json(f"{job_uri}/model/metrics.json")
-    assert metrics["examples"] == 128  # both workers' eval shares, summed once
+    assert store.read_json(f"{job_uri}/model/metrics.json")["examples"] == 128  # each once
+
+    records = read_records(store, data_globs("binary")[1], 64)
+    np.testing.assert_allclose(predictions(store, f"{job_uri}/model", records),
+                               predictions(store, single_process_model, records), atol=1e-4)

@@ -71,6 +71,10 @@ def main(argv: list[str]) -> int:
     absl_logging.set_verbosity(absl_logging.INFO)
     # TensorFlow's own INFO lines (saver, signatures) would bury the progress lines.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    # Under --run_eagerly TF warns on every step that eager strategies are slow; once is
+    # enough, and the config line says so.
+    logging.getLogger("tensorflow").addFilter(
+        lambda record: "eagerly has significant overhead" not in record.getMessage())
     try:
         config = config_lib.make_config(env=os.environ, **{k: F[k].value for k in FIELDS})
     except config_lib.ConfigError as e:

@@ -9,6 +9,8 @@ same Python code; tests hold them to the same weights.
 
 from __future__ import annotations
 
+import logging
+
 import keras
 import tensorflow as tf
 
@@ -57,6 +59,9 @@ class Loops:
         self.optimizer = optimizer
         self.head = head
         self.global_batch_size = global_batch_size
+        if run_eagerly:
+            logging.warning("running eagerly (--run_eagerly): every step is plain Python, "
+                            "breakpoints and prints in train_step work; expect it to be slow")
         wrap = (lambda fn: fn) if run_eagerly else tf.function
         self.train = wrap(self._train)
         self.evaluate_steps = wrap(self._evaluate_steps)
