@@ -55,7 +55,7 @@ def mirrored_two_cpus() -> tf.distribute.MirroredStrategy:
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def store(fake_gcs) -> storage_lib.Storage:
     return storage_lib.Storage(fake_gcs)
 

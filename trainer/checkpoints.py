@@ -32,6 +32,7 @@ class Checkpoints:
           **trackables: what to save (model, optimizer, ...).
         """
         self.directory = directory
+        self.is_chief = is_chief
         self._read_path = storage.path(directory)
         if is_chief:
             storage.makedirs(directory)
@@ -61,8 +62,16 @@ class Checkpoints:
         logging.info("restored checkpoint %s", latest)
         return True
 
+    def latest_step(self) -> int | None:
+        """The step of the newest checkpoint in `directory`, if any."""
+        latest = tf.train.latest_checkpoint(self._read_path)
+        return int(latest.rsplit("-", 1)[1]) if latest else None
+
     def save(self, step: int) -> None:
+        """Saves (every worker must call it); writes to `directory` on the chief only."""
         self.manager.save(checkpoint_number=step)
+        if self.is_chief:
+            logging.info("saved checkpoint at step %d to %s", step, self.directory)
 
     def close(self) -> None:
         if self._scratch:

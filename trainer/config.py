@@ -8,6 +8,7 @@ a second rather than a VM start-up.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Mapping
 
 from trainer import storage
@@ -49,10 +50,22 @@ class Config:
     run_eagerly: bool = False
     shard_by: str = "auto"
     cpu_devices: int = 1
+    skip_corrupt_records: bool = False
     fake_gcs_root: str | None = None
 
     def storage(self) -> storage.Storage:
         return storage.Storage(self.fake_gcs_root)
+
+    def effective_seed(self) -> int:
+        """--seed, or one derived from the flags when unset.
+
+        Derived, not random: every worker of a job, and the job restarted after a crash
+        (perhaps with more --train_steps), must shuffle the data identically, and they
+        share nothing but their flags. The data and checkpoint folder identify the job.
+        """
+        if self.seed is not None:
+            return self.seed
+        return zlib.crc32(f"{self.train_data}|{self.checkpoint_dir}".encode()) & 0x7FFFFFFF
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)

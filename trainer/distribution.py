@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from typing import Mapping
 
 import tensorflow as tf
@@ -24,6 +25,16 @@ TRAINING_ROLES = ("chief", "worker")
 
 class ClusterError(ValueError):
     """A malformed or unsupported cluster description; the message names the variable."""
+
+
+class PeerLost(RuntimeError):
+    """Another task of the cluster died or stopped answering; the message names it."""
+
+
+# How TensorFlow names a task in collective errors, e.g. /job:worker/replica:0/task:1.
+_TASK = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
+_LOST = ("unhealthy", "heartbeat", "Connection reset", "Socket closed", "Connection refused",
+         "failed to connect", "UNAVAILABLE", "unavailable")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +191,26 @@ def _resolver(cluster: Cluster,
     return tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(spec), task_type=cluster.task_type, task_id=cluster.task_index,
         rpc_layer="grpc", num_accelerators={"GPU": num_gpus} if num_gpus else None)
+
+
+def lost_peer(error: Exception, cluster: Cluster) -> str | None:
+    """Describes the peer named by a collective error, or None if it is another error.
+
+    A killed task resets its connections, and its peers fail within a second; a hung or
+    unreachable one stops sending heartbeats, and the coordination service reports it
+    after its heartbeat timeout (about 10 s).
+    """
+    text = str(error)
+    if not any(marker in text for marker in _LOST):
+        return None
+    me = (cluster.task_type, cluster.task_index)
+    for role, index in _TASK.findall(text):
+        peer = (POOL_ROLES.get(role, role), int(index))
+        if peer != me and peer[1] < len(cluster.tasks.get(peer[0], [])):
+            address = cluster.tasks[peer[0]][peer[1]]
+            reason = "stopped sending heartbeats" if "heartbeat" in text else "connection lost"
+            return f"lost {peer[0]} {peer[1]} ({address}): {reason}"
+    return "lost contact with another task of the cluster"
 
 
 def is_chief(cluster: Cluster | None) -> bool:

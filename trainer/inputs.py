@@ -69,81 +69,119 @@ def choose_sharding(policy: str, num_files: int, num_shards: int) -> str:
     return "file" if num_files >= num_shards else "record"
 
 
+def parser(schema: schema_lib.Schema):
+    """Returns a function from a batch of serialized Examples to (features, label).
+
+    Non-finite feature or label values fail the batch with a message naming the feature:
+    one NaN would otherwise turn every weight into NaN a few steps later.
+    """
+    spec = schema.parse_spec(with_label=True)
+    encode_label = label_encoder(schema)
+    checked = [f.name for f in schema.features if f.dtype == "float"]
+    if schema.label.dtype == "float":
+        checked.append(schema.label.name)
+
+    def parse(serialized: tf.Tensor):
+        parsed = tf.io.parse_example(serialized, spec)
+        for name in checked:
+            parsed[name] = tf.debugging.check_numerics(
+                parsed[name], f"feature {name!r} has a non-finite value")
+        label = parsed.pop(schema.label.name)
+        return parsed, encode_label(label)
+
+    return parse
+
+
 def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int,
-                 training: bool, seed: int | None = None, shuffle_buffer: int = 10_000,
-                 num_shards: int = 1, shard_index: int = 0,
-                 shard_by: str = "record") -> tf.data.Dataset:
+                 training: bool, seed: int = 0, shuffle_buffer: int = 10_000,
+                 num_shards: int = 1, shard_index: int = 0, shard_by: str = "record",
+                 skip_records: int = 0, skip_corrupt: bool = False) -> tf.data.Dataset:
     """Builds batches of (features, label) from local or real-GCS TFRecord paths.
+
+    The order is a function of `seed` alone, even with parallel reads: that is what lets
+    a restarted job continue exactly where it stopped, and workers that shard by record
+    see disjoint records.
 
     Args:
       files: paths TensorFlow can open (see `Storage.path`).
       schema: features and label to parse.
       batch_size: examples per batch this dataset yields (per replica).
       training: shuffle and repeat forever; evaluation reads each record once, in order.
-      seed: makes order deterministic; None lets tf.data trade order for speed.
+      seed: for both shuffles.
       num_shards, shard_index: this input pipeline's share of the data.
       shard_by: 'file' or 'record'. Sharding by record happens after shuffling, so the
         k-th records of all shards together form the same global batch as one pipeline.
+      skip_records: records of this shard already trained on (resuming a job).
+      skip_corrupt: drop what cannot be read instead of failing. A TFRecord file cannot
+        be resynchronised after a corrupt record, so the rest of that file is lost.
 
     Returns:
       A dataset of (dict of feature tensors, label tensor).
     """
-    deterministic = seed is not None or not training
     ds = tf.data.Dataset.from_tensor_slices(files)
     if shard_by == "file" and num_shards > 1:
         ds = ds.shard(num_shards, shard_index)
     if training:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 16),
-                       num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+    def read(path):
+        records = tf.data.TFRecordDataset(path)
+        return records.ignore_errors() if skip_corrupt else records
+
+    ds = ds.interleave(read, cycle_length=min(len(files), 16), num_parallel_calls=AUTOTUNE,
+                       deterministic=True)
     if training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
     if shard_by == "record" and num_shards > 1:
         ds = ds.shard(num_shards, shard_index)
-    encode_label = label_encoder(schema)
-    spec = schema.parse_spec(with_label=True)
-
-    def parse(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        label = parsed.pop(schema.label.name)
-        return parsed, encode_label(label)
-
+    if skip_records:
+        ds = ds.skip(skip_records)
     ds = ds.batch(batch_size, drop_remainder=training)
-    ds = ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    ds = ds.map(parser(schema), num_parallel_calls=AUTOTUNE, deterministic=True)
     options = tf.data.Options()
     # Sharding is done above, explicitly; AUTO would re-shard and warn.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    options.deterministic = deterministic
     return ds.with_options(options).prefetch(AUTOTUNE)
 
 
 def distribute(strategy: tf.distribute.Strategy, files: list[str],
                schema: schema_lib.Schema, *, global_batch_size: int, training: bool,
-               seed: int | None, shuffle_buffer: int, shard_by: str):
+               seed: int, shuffle_buffer: int, shard_by: str, start_step: int = 0,
+               skip_corrupt: bool = False):
     """Builds the per-replica datasets of every worker for `strategy`.
+
+    Args:
+      start_step: global steps already trained; each pipeline skips its share of them.
 
     Returns:
       A distributed dataset whose elements are per-replica (features, label) batches.
     """
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        per_replica = ctx.get_per_replica_batch_size(global_batch_size)
+        # Each step, every pipeline hands one batch to each of its local replicas.
+        per_step = per_replica * strategy.num_replicas_in_sync // ctx.num_input_pipelines
         return make_dataset(
-            files, schema, batch_size=ctx.get_per_replica_batch_size(global_batch_size),
-            training=training, seed=seed, shuffle_buffer=shuffle_buffer,
-            num_shards=ctx.num_input_pipelines, shard_index=ctx.input_pipeline_id,
-            shard_by=choose_sharding(shard_by, len(files), ctx.num_input_pipelines))
+            files, schema, batch_size=per_replica, training=training, seed=seed,
+            shuffle_buffer=shuffle_buffer, num_shards=ctx.num_input_pipelines,
+            shard_index=ctx.input_pipeline_id,
+            shard_by=choose_sharding(shard_by, len(files), ctx.num_input_pipelines),
+            skip_records=start_step * per_step, skip_corrupt=skip_corrupt)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
-def sample_records(storage: storage_lib.Storage, files: list[str],
-                   limit: int) -> Iterator[tuple[str, bytes]]:
+def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
+                   skip_corrupt: bool = False) -> Iterator[tuple[str, bytes]]:
     """Yields up to `limit` (where, serialized record) pairs, taken evenly from `files`.
 
     Raises:
-      DataError: if a file is unreadable or corrupt, naming it.
+      DataError: if a file is unreadable or corrupt (unless `skip_corrupt`), naming it.
     """
     def numbered(uri: tf.Tensor) -> tf.data.Dataset:
-        return tf.data.TFRecordDataset(uri).enumerate().map(lambda i, r: (uri, i, r))
+        records = tf.data.TFRecordDataset(uri)
+        if skip_corrupt:
+            records = records.ignore_errors()
+        return records.enumerate().map(lambda i, r: (uri, i, r))
 
     paths = [storage.path(f) for f in files]
     ds = tf.data.Dataset.from_tensor_slices(paths).interleave(
@@ -160,38 +198,43 @@ def sample_records(storage: storage_lib.Storage, files: list[str],
         yield f"{storage.uri(path.numpy().decode())} record {int(index)}", record.numpy()
 
 
-def find_bad_record(storage: storage_lib.Storage, files: list[str],
-                    schema: schema_lib.Schema | None) -> str | None:
-    """Looks for the first record that cannot be read or parsed; slow, for diagnosis only.
+def bad_records(storage: storage_lib.Storage, files: list[str],
+                schema: schema_lib.Schema | None) -> Iterator[str]:
+    """Yields the first unreadable or unparsable record of each file; slow, for diagnosis.
 
     TensorFlow's read and parse errors name neither the file nor the record; this does.
 
     Args:
       schema: what records must parse as; None checks only that they can be read.
 
-    Returns:
-      'FILE record N: what is wrong', or None when every record is fine.
+    Yields:
+      'FILE record N: what is wrong' (or 'FILE: corrupted record at BYTE').
     """
-    if schema is None:
-        check = lambda batch: batch  # noqa: E731 (reading is the check)
-    else:
-        spec, encode_label = schema.parse_spec(with_label=True), label_encoder(schema)
-        check = lambda batch: encode_label(  # noqa: E731
-            tf.io.parse_example(batch, spec)[schema.label.name])
+    check = parser(schema) if schema else (lambda batch: batch)
     for uri in files:
-        index = 0
-        try:
-            for batch in tf.data.TFRecordDataset(storage.path(uri)).batch(256):
-                try:
-                    check(batch)
-                except tf.errors.OpError:
-                    # Narrow the failing batch down to its first bad record.
-                    for offset in range(int(tf.shape(batch)[0])):
-                        try:
-                            check(batch[offset:offset + 1])
-                        except tf.errors.OpError as e:
-                            return f"{uri} record {index + offset}: {storage_lib.first_line(e)}"
-                index += int(tf.shape(batch)[0])
-        except tf.errors.OpError as e:
-            return f"{uri}: {storage_lib.first_line(e)}"  # TF names the byte offset
-    return None
+        yield from _first_bad_record(storage, uri, check)
+
+
+def _first_bad_record(storage, uri, check) -> Iterator[str]:
+    index = 0
+    try:
+        for batch in tf.data.TFRecordDataset(storage.path(uri)).batch(256):
+            try:
+                check(batch)
+            except tf.errors.OpError:
+                # Narrow the failing batch down to its first bad record.
+                for offset in range(int(tf.shape(batch)[0])):
+                    try:
+                        check(batch[offset:offset + 1])
+                    except tf.errors.OpError as e:
+                        yield f"{uri} record {index + offset}: {storage_lib.first_line(e)}"
+                        return
+            index += int(tf.shape(batch)[0])
+    except tf.errors.OpError as e:
+        yield f"{uri}: {storage_lib.first_line(e)}"  # TF names the byte offset
+
+
+def find_bad_record(storage: storage_lib.Storage, files: list[str],
+                    schema: schema_lib.Schema | None) -> str | None:
+    """The first of `bad_records`, or None when every record is fine."""
+    return next(bad_records(storage, files, schema), None)

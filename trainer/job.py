@@ -2,7 +2,8 @@
 
 `run` is the library's entry point; `trainer.task` only turns flags into a Config and
 creates the strategy before calling it. Side effects (progress lines, summaries,
-checkpoints, export) happen in the Python outer loop, between compiled inner loops.
+checkpoints, preemption, export) happen in the Python outer loop, between compiled
+inner loops.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from trainer import export
 from trainer import heads
 from trainer import inputs
 from trainer import model as model_lib
+from trainer import preemption
 from trainer import progress as progress_lib
 from trainer import schema as schema_lib
 from trainer import storage as storage_lib
@@ -59,11 +61,13 @@ def load_schema(config: config_lib.Config, storage: storage_lib.Storage,
     if config.schema:
         schema = schema_lib.from_json(storage.read_json(config.schema), config.schema,
                                       config.label, config.task)
-        bad = inputs.find_bad_record(storage, files[:1], schema)
+        bad = None if config.skip_corrupt_records else inputs.find_bad_record(
+            storage, files[:1], schema)
         if bad:
             raise inputs.DataError(f"{bad} (with schema {config.schema})")
         return schema
-    records = inputs.sample_records(storage, files, config.schema_sample_records)
+    records = inputs.sample_records(storage, files, config.schema_sample_records,
+                                    config.skip_corrupt_records)
     schema = schema_lib.infer(records, config.label, config.task)
     logging.info("inferred schema from up to %d records: %d features, label %r%s",
                  config.schema_sample_records, len(schema.features), schema.label.name,
@@ -76,11 +80,11 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
     """Trains, evaluates and exports as `config` says, under `strategy`.
 
     Raises:
-      ConfigError, StorageError, SchemaError, DataError, CheckpointError, TrainingError:
-        user-facing errors whose message names the culprit.
+      USER_ERRORS: whose message names the culprit.
+      preemption.Preempted: after SIGTERM, once a checkpoint is saved.
+      distribution.PeerLost: when another task of the cluster died.
     """
     storage = config.storage()
-    is_chief = distribution.is_chief(cluster)
     replicas = strategy.num_replicas_in_sync
     if config.batch_size % replicas:
         raise config_lib.ConfigError(
@@ -88,143 +92,216 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
             f"replicas; use a multiple of {replicas}")
     train_files = storage.glob(config.train_data)
     eval_files = storage.glob(config.eval_data) if config.eval_data else []
+    if config.skip_corrupt_records:
+        for problem in inputs.bad_records(storage, train_files, None):
+            logging.warning("skipping the rest of a corrupt file: %s", problem)
     schema = load_schema(config, storage, train_files)
     head = heads.make_head(config.task, schema)
 
-    if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)
+    keras.utils.set_random_seed(config.effective_seed())
     with strategy.scope():
         model = model_lib.build(schema, head.units, config)
         optimizer = keras.optimizers.Adam(config.learning_rate)
         # Slot variables must exist before the first step is traced under a strategy.
         optimizer.build(model.trainable_variables)
-    ckpt = checkpoints_lib.Checkpoints(storage, config.checkpoint_dir, is_chief,
+    ckpt = checkpoints_lib.Checkpoints(storage, config.checkpoint_dir,
+                                       distribution.is_chief(cluster),
                                        model=model, optimizer=optimizer)
+    job = _Job(config, storage, strategy, cluster, schema, ckpt,
+               training.Loops(strategy, model, optimizer, head, config.batch_size,
+                              config.run_eagerly))
     try:
-        resumed = ckpt.restore_latest()
-        start_step = step = int(optimizer.iterations.numpy())
-        if resumed:
-            logging.info("resuming at step %d of %d", step, config.train_steps)
-        loops = training.Loops(strategy, model, optimizer, head, config.batch_size,
-                               config.run_eagerly)
-        evaluate = _evaluator(config, storage, strategy, schema, loops, eval_files)
-        step, metrics = _train(config, storage, strategy, schema, loops, ckpt, evaluate,
-                               train_files, step, is_chief)
-        metrics = evaluate() or metrics
-        logging.info("final metrics: %s", _fmt(metrics))
-        if step > start_step:
-            ckpt.save(step)
-        _export(config, storage, model, schema, head, metrics, is_chief)
+        return job.run(train_files, eval_files)
+    except tf.errors.OpError as e:
+        peer = distribution.lost_peer(e, cluster) if cluster else None
+        if not peer:
+            raise
+        last = ckpt.latest_step()
+        raise distribution.PeerLost(
+            f"{peer}; restart every task to resume from "
+            f"{f'the checkpoint of step {last}' if last is not None else 'the start'}"
+        ) from None
     finally:
         ckpt.close()
-    return Result(model=model, schema=schema, head=head, metrics=metrics, step=step)
 
 
-def _train(config, storage, strategy, schema, loops, ckpt, evaluate, train_files,
-           step, is_chief):
-    """The outer loop: inner loops of `steps_per_loop` steps, and actions between them."""
-    if step >= config.train_steps:
-        return step, {}
-    dataset = inputs.distribute(
-        strategy, [storage.path(f) for f in train_files], schema,
-        global_batch_size=config.batch_size, training=True, seed=config.seed,
-        shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by)
-    iterator = iter(dataset)
-    writer = _summary_writer(storage, config.tensorboard_dir, is_chief)
-    progress = progress_lib.Progress(config.train_steps, config.batch_size, step)
-    loss = float("nan")
-    while step < config.train_steps:
-        num_steps = min(config.steps_per_loop, config.train_steps - step,
-                        *(_until(step, every) for every in
-                          (config.eval_every_steps, config.checkpoint_every_steps) if every))
-        try:
-            loss = float(loops.train(iterator, tf.constant(num_steps)))
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
-            # TensorFlow's error names neither file nor record: find them. If the data is
-            # fine, the error is not the user's: let it through with its stack trace.
-            bad = inputs.find_bad_record(storage, train_files, schema)
-            if bad:
-                raise inputs.DataError(bad) from None
-            raise
-        step += num_steps
-        if not tf.math.is_finite(loss):
-            raise TrainingError(f"loss became {loss} in the loop ending at step {step}; "
-                                "lower --learning_rate or check the data for extreme values")
-        progress.update(step, loss)
-        with writer.as_default(step=step):
-            tf.summary.scalar("loss", loss)
-            tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
-        if config.eval_every_steps and step % config.eval_every_steps == 0 \
-                and step < config.train_steps:
-            metrics = evaluate()
-            if metrics:
-                logging.info("eval at step %d: %s", step, _fmt(metrics))
+@dataclasses.dataclass
+class _Job:
+    config: config_lib.Config
+    storage: storage_lib.Storage
+    strategy: tf.distribute.Strategy
+    cluster: distribution.Cluster | None
+    schema: schema_lib.Schema
+    ckpt: checkpoints_lib.Checkpoints
+    loops: training.Loops
+
+    @property
+    def is_chief(self) -> bool:
+        return distribution.is_chief(self.cluster)
+
+    def run(self, train_files: list[str], eval_files: list[str]) -> Result:
+        config, model = self.config, self.loops.model
+        resumed = self.ckpt.restore_latest()
+        start_step = int(self.loops.optimizer.iterations.numpy())
+        result = lambda step, metrics: Result(  # noqa: E731
+            model=model, schema=self.schema, head=self.loops.head, metrics=metrics, step=step)
+        if resumed and start_step >= config.train_steps and self._exported(start_step):
+            logging.info("already finished: step %d of %d, model at %s; nothing to do",
+                         start_step, config.train_steps, config.model_dir)
+            return result(start_step, self.storage.read_json(self._model_file("metrics.json")))
+        if resumed:
+            logging.info("resuming at step %d of %d", start_step, config.train_steps)
+        evaluate = self._evaluator(eval_files)
+        step, metrics = self._train(train_files, start_step, evaluate)
+        metrics = {**(evaluate() or metrics), "step": step}
+        logging.info("final metrics: %s", _fmt(metrics))
+        if step > start_step:
+            self.ckpt.save(step)
+        self._export(metrics)
+        return result(step, metrics)
+
+    def _train(self, train_files, step, evaluate) -> tuple[int, dict]:
+        """The outer loop: inner loops of `steps_per_loop` steps, and actions between."""
+        config, storage = self.config, self.storage
+        if step >= config.train_steps:
+            return step, {}
+        dataset = inputs.distribute(
+            self.strategy, [storage.path(f) for f in train_files], self.schema,
+            global_batch_size=config.batch_size, training=True, seed=config.effective_seed(),
+            shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by, start_step=step,
+            skip_corrupt=config.skip_corrupt_records)
+        iterator = iter(dataset)
+        writer = self._summary_writer()
+        progress = progress_lib.Progress(config.train_steps, config.batch_size, step)
+        loss = float("nan")
+        with preemption.StopRequest() as stop:
+            while step < config.train_steps:
+                self._stop_if_requested(stop, step)
+                num_steps = min(config.steps_per_loop, config.train_steps - step,
+                                *(_until(step, every) for every in
+                                  (config.eval_every_steps, config.checkpoint_every_steps)
+                                  if every))
+                try:
+                    loss = float(self.loops.train(iterator, tf.constant(num_steps)))
+                except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+                    # TensorFlow's error names neither file nor record: find them. If the
+                    # data is fine, the error is not the user's: let it through as it is.
+                    bad = inputs.find_bad_record(storage, train_files, self.schema)
+                    if bad:
+                        raise inputs.DataError(bad) from None
+                    raise
+                step += num_steps
+                if not tf.math.is_finite(loss):
+                    last = self.ckpt.latest_step()
+                    raise TrainingError(
+                        f"loss became {loss} in the steps up to {step}; lower --learning_rate "
+                        "or look for extreme values in the data (the last good checkpoint, "
+                        f"{f'step {last}' if last is not None else 'none'}, is kept)")
+                progress.update(step, loss)
                 with writer.as_default(step=step):
-                    for name, value in metrics.items():
-                        tf.summary.scalar(f"eval/{name}", value)
-        if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
-            ckpt.save(step)
-    writer.flush()
-    return step, {"train_loss": loss}
+                    tf.summary.scalar("loss", loss)
+                    tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
+                if (config.eval_every_steps and step % config.eval_every_steps == 0
+                        and step < config.train_steps):
+                    self._log_eval(step, evaluate(), writer)
+                if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
+                    self.ckpt.save(step)
+        writer.flush()
+        return step, {"train_loss": loss}
+
+    def _stop_if_requested(self, stop: preemption.StopRequest, step: int) -> None:
+        # In a cluster, SIGTERM may reach one worker only; all must save together.
+        requested = (self.loops.any_replica(stop.requested) if self.cluster
+                     else stop.requested)
+        if requested:
+            self.ckpt.save(step)
+            raise preemption.Preempted(
+                f"stopped by SIGTERM at step {step} of {self.config.train_steps}; checkpoint "
+                f"saved to {self.config.checkpoint_dir}; run the job again to resume")
+
+    def _evaluator(self, eval_files):
+        """Returns a function that evaluates on --eval_data, or returns {} without it."""
+        config, loops = self.config, self.loops
+        if not eval_files:
+            return dict
+        dataset = inputs.distribute(
+            self.strategy, [self.storage.path(f) for f in eval_files], self.schema,
+            global_batch_size=config.batch_size, training=False, seed=0,
+            shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by,
+            skip_corrupt=config.skip_corrupt_records)
+
+        def evaluate() -> dict:
+            if config.eval_steps:
+                sums = loops.evaluate_steps(iter(dataset), tf.constant(config.eval_steps))
+            else:
+                sums = loops.evaluate_all(dataset)
+            return loops.head.metrics({k: float(v) for k, v in sums.items()})
+
+        return evaluate
+
+    def _log_eval(self, step: int, metrics: dict, writer) -> None:
+        if not metrics:
+            return
+        logging.info("eval at step %d: %s", step, _fmt(metrics))
+        with writer.as_default(step=step):
+            for name, value in metrics.items():
+                tf.summary.scalar(f"eval/{name}", value)
+
+    def _summary_writer(self):
+        if not self.is_chief:
+            return tf.summary.create_noop_writer()
+        self.storage.makedirs(self.config.tensorboard_dir)
+        return tf.summary.create_file_writer(self.storage.path(self.config.tensorboard_dir))
+
+    def _model_file(self, name: str) -> str:
+        return storage_lib.join(self.config.model_dir, name)
+
+    def _exported(self, step: int) -> bool:
+        """Whether model_dir holds the export of the checkpoint at `step`."""
+        if not self.storage.exists(self._model_file("saved_model.pb")):
+            return False
+        metrics = self._model_file("metrics.json")
+        return self.storage.exists(metrics) and self.storage.read_json(metrics).get("step") == step
+
+    def _export(self, metrics: dict) -> None:
+        """Writes the SavedModel and its JSON files; model_dir appears whole or not at all.
+
+        The chief writes into a sibling folder and renames it into place once complete;
+        other workers (who must take part in saving) write to a scratch folder.
+        """
+        config, storage, model = self.config, self.storage, self.loops.model
+        start = time.monotonic()
+        if not self.is_chief:
+            scratch = tempfile.mkdtemp(prefix="trainer-export-")
+            try:
+                export.write_saved_model(model, self.schema, self.loops.head, scratch)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            return
+        parent, name = config.model_dir.rsplit("/", 1) if "/" in config.model_dir else (
+            ".", config.model_dir)
+        storage.makedirs(parent)
+        for stale in storage.listdir(parent):  # left by an export that crashed
+            if stale.startswith(f"{name}.partial-"):
+                storage.remove_tree(storage_lib.join(parent, stale))
+        partial = f"{config.model_dir}.partial-{uuid.uuid4().hex[:8]}"
+        logging.info("exporting the model to %s", config.model_dir)
+        try:
+            export.write_saved_model(model, self.schema, self.loops.head,
+                                     storage.path(partial))
+            storage.write_json(storage_lib.join(partial, "schema.json"), self.schema.to_json())
+            storage.write_json(storage_lib.join(partial, "config.json"), config.to_json())
+            storage.write_json(storage_lib.join(partial, "metrics.json"), metrics)
+            storage.replace_dir(partial, config.model_dir)
+        finally:
+            storage.remove_tree(partial)
+        logging.info("exported the model to %s in %.1fs", config.model_dir,
+                     time.monotonic() - start)
 
 
 def _until(step: int, every: int) -> int:
     """Steps from `step` to the next multiple of `every`."""
     return every - step % every
-
-
-def _evaluator(config, storage, strategy, schema, loops, eval_files):
-    """Returns a function that evaluates on --eval_data, or returns {} without it."""
-    if not eval_files:
-        return dict
-    dataset = inputs.distribute(
-        strategy, [storage.path(f) for f in eval_files], schema,
-        global_batch_size=config.batch_size, training=False, seed=config.seed,
-        shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by)
-
-    def evaluate() -> dict:
-        if config.eval_steps:
-            sums = loops.evaluate_steps(iter(dataset), tf.constant(config.eval_steps))
-        else:
-            sums = loops.evaluate_all(dataset)
-        return loops.head.metrics({k: float(v) for k, v in sums.items()})
-
-    return evaluate
-
-
-def _summary_writer(storage, directory: str, is_chief: bool):
-    if not is_chief:
-        return tf.summary.create_noop_writer()
-    storage.makedirs(directory)
-    return tf.summary.create_file_writer(storage.path(directory))
-
-
-def _export(config, storage, model, schema, head, metrics, is_chief) -> None:
-    """Writes the SavedModel and its JSON files; the model_dir appears whole or not at all.
-
-    The chief writes into a sibling folder and renames it into place once complete;
-    other workers (who must take part in saving) write to a scratch folder.
-    """
-    start = time.monotonic()
-    if not is_chief:
-        scratch = tempfile.mkdtemp(prefix="trainer-export-")
-        try:
-            export.write_saved_model(model, schema, head, scratch)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        return
-    partial = f"{config.model_dir}.partial-{uuid.uuid4().hex[:8]}"
-    storage.makedirs(partial)
-    try:
-        export.write_saved_model(model, schema, head, storage.path(partial))
-        storage.write_json(storage_lib.join(partial, "schema.json"), schema.to_json())
-        storage.write_json(storage_lib.join(partial, "config.json"), config.to_json())
-        storage.write_json(storage_lib.join(partial, "metrics.json"), metrics)
-        storage.replace_dir(partial, config.model_dir)
-    finally:
-        storage.remove_tree(partial)
-    logging.info("exported the model to %s in %.1fs", config.model_dir,
-                 time.monotonic() - start)
 
 
 def _fmt(metrics: dict) -> str:

@@ -96,16 +96,20 @@ class Storage:
           StorageError: if the bucket is missing or nothing matches; the message names
             the pattern and, on Cloud Storage, the bucket.
         """
-        self.check_bucket(pattern)
-        try:
-            matches = tf.io.gfile.glob(self.path(pattern))
-        except tf.errors.OpError as e:
-            raise StorageError(f"cannot list {pattern!r}: {first_line(e)}") from None
-        matches = sorted(m for m in matches if not tf.io.gfile.isdir(m))
+        matches = self.matches(pattern)
         if not matches:
             where = f" in bucket {split_gcs(pattern)[0]!r}" if is_gcs(pattern) else ""
             raise StorageError(f"no file matches {pattern!r}{where}")
-        return [self.uri(m) for m in matches]
+        return matches
+
+    def matches(self, pattern: str) -> list[str]:
+        """Like `glob`, but an empty list when nothing matches."""
+        self.check_bucket(pattern)
+        try:
+            found = tf.io.gfile.glob(self.path(pattern))
+        except tf.errors.OpError as e:
+            raise StorageError(f"cannot list {pattern!r}: {first_line(e)}") from None
+        return sorted(self.uri(m) for m in found if not tf.io.gfile.isdir(m))
 
     def exists(self, uri: str) -> bool:
         return tf.io.gfile.exists(self.path(uri))

@@ -55,6 +55,8 @@ flags.DEFINE_enum("shard_by", "auto", list(config_lib.SHARD_POLICIES),
                   "How workers split the data; auto: by file if there are enough files.")
 flags.DEFINE_integer("cpu_devices", 1, "Without GPUs, split the CPU into this many logical "
                      "devices (mirrored replicas), to debug multi-replica runs locally.")
+flags.DEFINE_bool("skip_corrupt_records", False, "Log and skip corrupt TFRecord data "
+                  "(the rest of a corrupt file) instead of stopping.")
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
                     "DIR/BUCKET/PATH: run the cloud command line locally.")
 
@@ -62,7 +64,11 @@ FIELDS = ("train_data", "eval_data", "label", "task", "schema", "job_dir", "mode
           "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps", "learning_rate",
           "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
           "checkpoint_every_steps", "seed", "shuffle_buffer", "schema_sample_records",
-          "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices", "fake_gcs_root")
+          "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
+          "skip_corrupt_records", "fake_gcs_root")
+# Exit codes: Vertex AI restarts a task that exits non-zero.
+EXIT_USER_ERROR = 2  # flags, data or environment: fix and resubmit
+EXIT_PEER_LOST = 3   # another task died: restart all tasks, they resume
 
 
 def main(argv: list[str]) -> int:
@@ -80,19 +86,23 @@ def main(argv: list[str]) -> int:
     except config_lib.ConfigError as e:
         return _fail(str(e))
     # Imported here so that --help and flag errors do not wait for TensorFlow.
-    from trainer import distribution, job
+    from trainer import distribution, job, preemption
     try:
         strategy, cluster = distribution.create_strategy(config.strategy, os.environ,
                                                          config.cpu_devices)
         job.run(config, strategy, cluster)
     except job.USER_ERRORS as e:
         return _fail(str(e))
+    except distribution.PeerLost as e:
+        return _fail(str(e), EXIT_PEER_LOST)
+    except preemption.Preempted as e:
+        return _fail(str(e), preemption.EXIT_CODE)
     return 0
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:
     print(f"error: {message}", file=sys.stderr, flush=True)
-    return 2
+    return code
 
 
 if __name__ == "__main__":

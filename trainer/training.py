@@ -66,6 +66,15 @@ class Loops:
         self.train = wrap(self._train)
         self.evaluate_steps = wrap(self._evaluate_steps)
         self.evaluate_all = wrap(self._evaluate_all)
+        self._any_replica = tf.function(self._any)
+
+    def any_replica(self, flag: bool) -> bool:
+        """Whether `flag` is true on any replica of any worker (an all-reduce)."""
+        return bool(self._any_replica(tf.constant(flag)))
+
+    def _any(self, flag: tf.Tensor) -> tf.Tensor:
+        per_replica = self.strategy.run(lambda f: tf.cast(f, tf.int32), args=(flag,))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None) > 0
 
     def _step(self, batch):
         return train_step(self.model, self.optimizer, self.head, batch, self.global_batch_size)

@@ -1,0 +1,295 @@
+"""Fault tolerance and bad input, with real processes: SIGKILL and exact resume, SIGTERM
+and preemption checkpoints, a killed worker, a crash during export, and every user
+mistake as one line with a non-zero exit and nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import (BUCKET, REPO, data_globs, free_ports, read_records, run_task,
+                      subprocess_env, task_args, tf_config)
+from test_schema import example
+
+# Long enough to be killed in the middle; tiny batches keep it a few seconds.
+RESUME_FLAGS = dict(task="binary", batch_size=16, train_steps=600, steps_per_loop=20,
+                    checkpoint_every_steps=100, eval_data=None)
+
+
+def final_weights(store, checkpoint_dir: str) -> dict[str, np.ndarray]:
+    """Every model and optimizer variable of the newest checkpoint."""
+    reader = tf.train.load_checkpoint(store.path(checkpoint_dir))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith(("model/", "optimizer/"))}
+
+
+def assert_same_weights(a: dict, b: dict, tolerance: float) -> None:
+    assert a.keys() == b.keys() and len(a) > 4
+    worst = max(float(np.max(np.abs(a[k] - b[k]))) if a[k].size else 0.0 for k in a)
+    assert worst <= tolerance, worst
+
+
+class Job:
+    """A `trainer.task` process whose log is read as it runs."""
+
+    def __init__(self, args: list[str], **env: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.task", *args], cwd=REPO, env=subprocess_env(**env),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        self.lines: list[str] = []
+
+    def wait_for(self, text: str, timeout: float = 120) -> str:
+        """Reads the log until a line contains `text`; fails if the process ends first."""
+        deadline = time.monotonic() + timeout
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if text in line:
+                return line
+            if time.monotonic() > deadline:
+                break
+        self.kill()
+        pytest.fail(f"never logged {text!r}:\n" + "".join(self.lines[-40:]))
+
+    def finish(self, timeout: float = 120) -> int:
+        try:
+            _, rest = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail("process did not exit in time:\n" + "".join(self.lines[-40:]))
+        self.lines.append(rest)
+        return self.proc.returncode
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(fake_gcs, store) -> dict[str, np.ndarray]:
+    job = f"gs://{BUCKET}/jobs/uninterrupted"
+    proc = run_task(task_args(fake_gcs, job, **RESUME_FLAGS))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return final_weights(store, f"{job}/checkpoints")
+
+
+def test_sigkill_then_restart_ends_with_the_uninterrupted_weights(fake_gcs, job_uri, store,
+                                                                  uninterrupted):
+    args = task_args(fake_gcs, job_uri, **RESUME_FLAGS)
+    job = Job(args)
+    job.wait_for("saved checkpoint at step 200")
+    job.kill()
+    assert "exporting" not in job.log  # killed in the middle of training
+
+    restarted = run_task(args)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    resumed_at = int(restarted.stderr.split("resuming at step ")[1].split()[0])
+    assert 200 <= resumed_at < 600
+    # Same data order from the restored position: no example twice, none skipped.
+    assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"), uninterrupted, 1e-6)
+
+
+def test_sigterm_checkpoints_exits_143_and_resumes(fake_gcs, job_uri, store, uninterrupted):
+    args = task_args(fake_gcs, job_uri, **RESUME_FLAGS)
+    job = Job(args)
+    job.wait_for("step 120/600")
+    job.proc.send_signal(signal.SIGTERM)
+    assert job.finish() == 128 + signal.SIGTERM
+    last = job.log.strip().splitlines()[-1]
+    assert last.startswith("error: stopped by SIGTERM at step ") and "run the job again" in last
+    stopped_at = int(last.split("at step ")[1].split()[0])
+    assert 120 <= stopped_at < 600
+    assert f"saved checkpoint at step {stopped_at}" in job.log
+    assert not store.exists(f"{job_uri}/model")
+
+    restarted = run_task(args)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert f"resuming at step {stopped_at} of 600" in restarted.stderr
+    assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"), uninterrupted, 1e-6)
+
+
+def test_killed_worker_stops_the_chief_which_resumes_after_restart(fake_gcs, job_uri, store):
+    ports = free_ports(2)
+    cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+    args = task_args(fake_gcs, job_uri, **{**RESUME_FLAGS, "train_steps": 100_000})
+    chief = Job(args, TF_CONFIG=tf_config(cluster, "chief", 0))
+    worker = Job(args, TF_CONFIG=tf_config(cluster, "worker", 0))
+    try:
+        chief.wait_for("saved checkpoint at step 100")
+        worker.kill()
+        killed_at = time.monotonic()
+        code = chief.finish(timeout=60)
+        assert time.monotonic() - killed_at < 30  # bounded, not a hang
+    finally:
+        chief.kill()
+        worker.kill()
+    assert code == 3, chief.log[-3000:]
+    last = chief.log.strip().splitlines()[-1]
+    assert last.startswith(f"error: lost worker 0 (localhost:{ports[1]}): connection lost; "
+                           "restart every task to resume from the checkpoint of step "), last
+
+    # Restarted (with a reachable end), every task resumes from the chief's checkpoint.
+    resumed = int(last.rsplit(" ", 1)[1])
+    ports = free_ports(2)
+    cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+    args = task_args(fake_gcs, job_uri, **{**RESUME_FLAGS, "train_steps": resumed + 40})
+    jobs = [Job(args, TF_CONFIG=tf_config(cluster, t, 0)) for t in ("chief", "worker")]
+    try:
+        assert [j.finish() for j in jobs] == [0, 0], jobs[0].log[-3000:]
+    finally:
+        for j in jobs:
+            j.kill()
+    assert f"resuming at step {resumed} of {resumed + 40}" in jobs[1].log
+    assert store.exists(f"{job_uri}/model/saved_model.pb")
+
+
+def test_crash_during_export_leaves_the_previous_model_whole(fake_gcs, job_uri, store):
+    first = run_task(task_args(fake_gcs, job_uri, train_steps=20))
+    assert first.returncode == 0, first.stderr[-3000:]
+    metrics = store.read_json(f"{job_uri}/model/metrics.json")
+
+    job = Job(task_args(fake_gcs, job_uri, train_steps=40))  # resumes, trains, exports
+    job.wait_for("exporting the model")
+    job.kill()
+    assert "exported the model" not in job.log
+    # model_dir still holds the first export, whole and servable.
+    assert store.read_json(f"{job_uri}/model/metrics.json") == metrics
+    records = read_records(store, data_globs("binary")[1], 4)
+    served = tf.saved_model.load(store.path(f"{job_uri}/model")).signatures["serving_default"](
+        examples=tf.constant(records))
+    assert served["probabilities"].shape == (4, 2)
+
+    again = run_task(task_args(fake_gcs, job_uri, train_steps=40))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert store.read_json(f"{job_uri}/model/metrics.json") != metrics
+    assert sorted(store.listdir(job_uri)) == ["checkpoints", "logs", "model"]  # no partials
+
+
+@pytest.fixture(scope="module")
+def bad_data(fake_gcs, store) -> dict[str, str]:
+    """One folder per kind of bad input, each with a schema.json fitting the good data."""
+    good = read_records(store, data_globs("binary")[0], 64)
+    schema = {"label": {"name": "label", "dtype": "int", "classes": [0, 1]},
+              "features": [{"name": "age", "dtype": "float"},
+                           {"name": "scores", "dtype": "float", "size": 3},
+                           {"name": "color", "dtype": "string", "vocabulary": ["red"]}]}
+    cases = {
+        "nolabel": good + [example(age=1.0)] + good,
+        "labeltype": good + [example(age=1.0, label="yes")],
+        "unknownclass": good + [example(age=1.0, label=7)],
+        "featuretype": good + [example(age="old", label=1)],
+        "featureshape": good + [example(scores=[1.0, 2.0], label=1)],
+        "nonfinite": good + [example(age=math.inf, label=0)],
+    }
+    folders = {}
+    for name, records in cases.items():
+        folder = f"gs://{BUCKET}/bad/{name}"
+        store.makedirs(folder)
+        with tf.io.TFRecordWriter(store.path(f"{folder}/part-0.tfrecord")) as w:
+            for r in records:
+                w.write(r)
+        store.write_json(f"{folder}/schema.json", schema)
+        folders[name] = folder
+    data = bytearray(store.read_bytes(store.glob(data_globs("binary")[0])[0]))
+    data[len(data) // 2: len(data) // 2 + 8] = b"garbage!"
+    store.write_bytes(f"gs://{BUCKET}/bad/corrupt/part-0.tfrecord", bytes(data))
+    folders["corrupt"] = f"gs://{BUCKET}/bad/corrupt"
+    return folders
+
+
+def on(folder: str, schema: bool = True) -> dict:
+    """Flags that train on a bad-data folder, with or without its schema."""
+    return dict(train_data=f"{{{folder}}}/*.tfrecord", eval_data=None, batch_size=8,
+                schema=f"{{{folder}}}/schema.json" if schema else None)
+
+
+B = "gs://" + BUCKET + "/bad"
+CASES = [  # (case, flags, environment, expected last line starts with, exit code)
+    ("no match", dict(train_data=f"gs://{BUCKET}/nothing/*.tfrecord"), {},
+     f"error: no file matches 'gs://{BUCKET}/nothing/*.tfrecord' in bucket '{BUCKET}'", 2),
+    ("no bucket", dict(train_data="gs://missing-bucket/x/*.tfrecord"), {},
+     "error: bucket 'missing-bucket' of 'gs://missing-bucket/x/*.tfrecord' does not exist", 2),
+    ("corrupt file", on("corrupt", schema=False), {},
+     f"error: cannot read {B}/corrupt/part-0.tfrecord: corrupted record at ", 2),
+    ("label missing", on("nolabel"), {},
+     f"error: {B}/nolabel/part-0.tfrecord record 64: Feature: label (data type: int64) is "
+     "required but could not be found.", 2),
+    ("label type", on("labeltype"), {},
+     f"error: {B}/labeltype/part-0.tfrecord record 64: Key: label, Index: 0.  Data types don't "
+     "match. Data type: string but expected type: int64", 2),
+    ("unknown class", on("unknownclass"), {},
+     f"error: {B}/unknownclass/part-0.tfrecord record 64: label 'label' has a value that is "
+     "not one of the classes [0, 1]", 2),
+    ("feature type", on("featuretype"), {},
+     f"error: {B}/featuretype/part-0.tfrecord record 64: Key: age, Index: 0.  Data types don't "
+     "match. Data type: string but expected type: float", 2),
+    ("feature shape", on("featureshape"), {},
+     f"error: {B}/featureshape/part-0.tfrecord record 64: Key: scores, Index: 0.  Number of "
+     "float values != expected.  Values size: 2 but output shape: [3]", 2),
+    ("non-finite", on("nonfinite"), {},
+     f"error: {B}/nonfinite/part-0.tfrecord record 64: feature 'age' has a non-finite value", 2),
+    ("non-finite inferred", on("nonfinite", schema=False), {},
+     f"error: {B}/nonfinite/part-0.tfrecord record 64: feature 'age' has a non-finite value", 2),
+    ("mixed types inferred", on("featuretype", schema=False), {},
+     f"error: {B}/featuretype/part-0.tfrecord record 64: feature 'age' is a bytes_list", 2),
+    ("nan loss", dict(learning_rate=1e30, train_steps=200), {},
+     "error: loss became nan in the steps up to ", 2),
+    ("zero steps", dict(train_steps=0), {}, "error: --train_steps=0: expected an integer >= 1", 2),
+    # absl rejects it before main() runs, with its own two lines and exit code 1.
+    ("bad task", dict(task="ranking"), {},
+     "FATAL Flags parsing error: flag --task=ranking: value should be one of", 1),
+    ("replicas", dict(cpu_devices=2, batch_size=33), {},
+     "error: --batch_size=33 does not divide evenly across 2 replicas", 2),
+    ("tf_config json", {}, dict(TF_CONFIG='{"cluster": {"worker": ["localhost:1"]}'),
+     "error: TF_CONFIG is not valid JSON", 2),
+    ("tf_config task", {}, dict(TF_CONFIG='{"cluster": {"worker": ["localhost:1"]}}'),
+     "error: TF_CONFIG has no 'task' with a 'type' and 'index'", 2),
+    ("tf_config index", {}, dict(TF_CONFIG=json.dumps({
+        "cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 1}})),
+     "error: TF_CONFIG: task index 1 is out of range for 'worker', which has 1 tasks", 2),
+    ("evaluator", {}, dict(CLUSTER_SPEC=json.dumps({
+        "cluster": {"workerpool0": ["a:1"], "workerpool3": ["b:1"]},
+        "task": {"type": "workerpool3", "index": 0}})),
+     "error: CLUSTER_SPEC: this task is an evaluator", 2),
+    ("mirrored in cluster", dict(strategy="mirrored"), dict(TF_CONFIG=json.dumps({
+        "cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "chief", "index": 0}})),
+     "error: --strategy=mirrored runs in one process, but TF_CONFIG names 2 training task(s)", 2),
+]
+
+
+@pytest.mark.parametrize("case, flags, env, expected, code", CASES,
+                         ids=[c[0].replace(" ", "_") for c in CASES])
+def test_bad_input_is_one_line_naming_the_culprit(fake_gcs, job_uri, store, bad_data, case,
+                                                  flags, env, expected, code):
+    flags = {k: v.format(**bad_data) if isinstance(v, str) else v for k, v in flags.items()}
+    proc = run_task(task_args(fake_gcs, job_uri, **flags), timeout=120, **env)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(expected) if code == 2 else expected in proc.stderr, last
+    assert not store.exists(f"{job_uri}/model")  # nothing half-written
+
+
+def test_skip_corrupt_records_logs_and_trains(fake_gcs, job_uri, store, bad_data):
+    # The first half of the file is whole: enough to infer a schema and train on.
+    flags = {k: v.format(**bad_data) if isinstance(v, str) else v
+             for k, v in on("corrupt", schema=False).items()}
+    proc = run_task(task_args(fake_gcs, job_uri, skip_corrupt_records=True, **flags))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (f"skipping the rest of a corrupt file: {B}/corrupt/part-0.tfrecord: "
+            "corrupted record at ") in proc.stderr
+    assert store.exists(f"{job_uri}/model/saved_model.pb")
