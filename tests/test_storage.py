@@ -82,3 +82,24 @@ def test_tensorflow_reads_what_storage_writes(root):
     s.write_bytes("gs://bkt/x.bin", b"hello")
     with tf.io.gfile.GFile(s.path("gs://bkt/x.bin"), "rb") as f:
         assert f.read() == b"hello"
+
+
+def test_cloud_storage_failures_name_the_path(monkeypatch):
+    """Real GCS refusals (403, 404, network) cannot be produced offline: TensorFlow's
+    filesystem is mocked at its boundary to raise what it raises then."""
+    s = storage_lib.Storage()
+    denied = tf.errors.PermissionDeniedError(
+        None, None, "Error executing an HTTP request: HTTP response code 403\nmore")
+    monkeypatch.setattr(tf.io.gfile, "glob", lambda pattern: (_ for _ in ()).throw(denied))
+    with pytest.raises(storage_lib.StorageError) as e:
+        s.glob("gs://private/data/*")
+    assert str(e.value) == ("cannot list 'gs://private/data/*': Error executing an HTTP "
+                            "request: HTTP response code 403")
+
+    def unavailable(*args, **kwargs):
+        raise tf.errors.UnavailableError(None, None, "network unreachable")
+
+    monkeypatch.setattr(tf.io.gfile, "GFile", unavailable)
+    with pytest.raises(storage_lib.StorageError,
+                       match="cannot read 'gs://b/schema.json': network unreachable"):
+        s.read_json("gs://b/schema.json")
