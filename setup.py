@@ -19,6 +19,8 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow>=2.16,<2.22"],
-        "dev": ["pytest>=7"],
+        # scripts/submit.py: staging uploads, the Vertex job API, --hptune_config YAML
+        "submit": ["google-cloud-storage>=2.10", "google-cloud-aiplatform>=1.38", "pyyaml>=6"],
+        "dev": ["pytest>=7", "gcp-storage-emulator>=2024.8"],
     },
 )

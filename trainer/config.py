@@ -11,6 +11,7 @@ import dataclasses
 import zlib
 from typing import Mapping
 
+from trainer import hypertune
 from trainer import storage
 
 TASKS = ("regression", "binary", "multiclass")
@@ -51,6 +52,7 @@ class Config:
     shard_by: str = "auto"
     cpu_devices: int = 1
     skip_corrupt_records: bool = False
+    hptune_metric: str = "loss"
     fake_gcs_root: str | None = None
 
     def storage(self) -> storage.Storage:
@@ -160,6 +162,10 @@ def validate(config: Config) -> None:
         _at_least(name, getattr(config, name), 1)
     for name in ("eval_every_steps", "eval_steps", "checkpoint_every_steps"):
         _at_least(name, getattr(config, name), 0)
+    metrics = hypertune.METRICS[config.task]
+    if config.hptune_metric not in metrics:
+        raise ConfigError(f"--hptune_metric={config.hptune_metric!r}: --task={config.task} "
+                          f"reports {', '.join(metrics)}")
     if not config.learning_rate > 0:
         raise ConfigError(f"--learning_rate={config.learning_rate}: expected a positive number")
     for name in ("train_data", "eval_data", "schema", "model_dir", "checkpoint_dir",

@@ -46,4 +46,4 @@ def write_saved_model(model: keras.Model, schema: schema_lib.Schema, head: heads
                          input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     archive.add_endpoint("predict", serve_features,
                          input_signature=[feature_signature(schema)])
-    archive.write_out(path, verbose=False)
+    archive.write_out(path)

@@ -103,14 +103,18 @@ def write_dataset(storage: storage_lib.Storage, output: str, task: str, train_ex
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output", None, "Folder (gs:// or local) for train-* and eval-* files.")
-flags.DEFINE_enum("task", "binary", ["regression", "binary", "multiclass"], "Label kind.")
-flags.DEFINE_integer("train_examples", 20_000, "Training examples.")
-flags.DEFINE_integer("eval_examples", 4_000, "Evaluation examples.")
-flags.DEFINE_integer("num_shards", 8, "Training files.")
-flags.DEFINE_integer("seed", 0, "Random seed.")
-flags.DEFINE_string("fake_gcs_root", None, "Serve gs://BUCKET/PATH from DIR/BUCKET/PATH; "
-                    "the bucket folders are created.")
+
+
+def define_flags() -> None:
+    """Flags of the command line; not defined on import, so other tools can import this."""
+    flags.DEFINE_string("output", None, "Folder (gs:// or local) for train-* and eval-* files.")
+    flags.DEFINE_enum("task", "binary", ["regression", "binary", "multiclass"], "Label kind.")
+    flags.DEFINE_integer("train_examples", 20_000, "Training examples.")
+    flags.DEFINE_integer("eval_examples", 4_000, "Evaluation examples.")
+    flags.DEFINE_integer("num_shards", 8, "Training files.")
+    flags.DEFINE_integer("seed", 0, "Random seed.")
+    flags.DEFINE_string("fake_gcs_root", None, "Serve gs://BUCKET/PATH from DIR/BUCKET/PATH; "
+                        "the bucket folders are created.")
 
 
 def main(argv):
@@ -131,5 +135,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     flags.mark_flag_as_required("output")
     app.run(main)

@@ -57,6 +57,8 @@ flags.DEFINE_integer("cpu_devices", 1, "Without GPUs, split the CPU into this ma
                      "devices (mirrored replicas), to debug multi-replica runs locally.")
 flags.DEFINE_bool("skip_corrupt_records", False, "Log and skip corrupt TFRecord data "
                   "(the rest of a corrupt file) instead of stopping.")
+flags.DEFINE_string("hptune_metric", "loss", "Final evaluation metric reported to Vertex "
+                    "hyperparameter tuning when run as a trial (loss, accuracy, mae, rmse).")
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
                     "DIR/BUCKET/PATH: run the cloud command line locally.")
 
@@ -65,7 +67,7 @@ FIELDS = ("train_data", "eval_data", "label", "task", "schema", "job_dir", "mode
           "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
           "checkpoint_every_steps", "seed", "shuffle_buffer", "schema_sample_records",
           "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
-          "skip_corrupt_records", "fake_gcs_root")
+          "skip_corrupt_records", "hptune_metric", "fake_gcs_root")
 # Exit codes: Vertex AI restarts a task that exits non-zero.
 EXIT_USER_ERROR = 2  # flags, data or environment: fix and resubmit
 EXIT_PEER_LOST = 3   # another task died: restart all tasks, they resume
@@ -86,11 +88,12 @@ def main(argv: list[str]) -> int:
     except config_lib.ConfigError as e:
         return _fail(str(e))
     # Imported here so that --help and flag errors do not wait for TensorFlow.
-    from trainer import distribution, job, preemption
+    from trainer import distribution, hypertune, job, preemption
     try:
         strategy, cluster = distribution.create_strategy(config.strategy, os.environ,
                                                          config.cpu_devices)
-        job.run(config, strategy, cluster)
+        result = job.run(config, strategy, cluster)
+        hypertune.report(config.hptune_metric, result.metrics, os.environ)
     except job.USER_ERRORS as e:
         return _fail(str(e))
     except distribution.PeerLost as e:

@@ -1,0 +1,114 @@
+"""Submits the trainer to Vertex AI as a custom job (or hyperparameter tuning job).
+
+    python scripts/submit.py --project=P --region=us-central1 \
+        --staging_dir=gs://B/staging --job_dir=gs://B/jobs/run-1 \
+        --machine_type=n1-standard-8 --accelerator_type=NVIDIA_TESLA_T4 \
+        --accelerator_count=1 --workers=1 --dry_run -- \
+        --train_data='gs://B/data/train-*' --label=y --task=binary
+
+Flags after `--` go to `trainer.task`. --dry_run builds and checks everything, uploads
+nothing and prints the job as REST JSON.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vertex import checks  # noqa: E402
+from vertex import jobs  # noqa: E402
+from vertex import staging  # noqa: E402
+from vertex import submit as submit_lib  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("project", None, "Google Cloud project.")
+flags.DEFINE_string("region", "us-central1", "Vertex AI region.")
+flags.DEFINE_string("staging_dir", None, "gs:// folder for the package.")
+flags.DEFINE_string("job_dir", None, "gs:// base output directory of the job "
+                    "(model/, checkpoints/, logs/ below it).")
+flags.DEFINE_string("display_name", None, "Job name; default trainer-<timestamp>.")
+flags.DEFINE_string("machine_type", "n1-standard-8", "Machine type of every training VM.")
+flags.DEFINE_string("accelerator_type", None, "e.g. NVIDIA_TESLA_T4, NVIDIA_L4.")
+flags.DEFINE_integer("accelerator_count", 0, "GPUs per training VM.")
+flags.DEFINE_integer("workers", 1, "Training VMs, chief included.")
+flags.DEFINE_integer("reduction_servers", 0, "Reduction Server replicas (pool 2).")
+flags.DEFINE_string("reduction_server_machine_type", "n1-highcpu-16", "Their machine type.")
+flags.DEFINE_string("executor_image", None, "Prebuilt training image; default "
+                    f"{jobs.DEFAULT_CPU_IMAGE}, or the GPU one with accelerators.")
+flags.DEFINE_string("service_account", None, "Service account the job runs as.")
+flags.DEFINE_list("labels", [], "key=value labels.")
+flags.DEFINE_integer("timeout_s", None, "Job timeout in seconds.")
+flags.DEFINE_bool("restart_job_on_worker_restart", None, "Restart every worker when one "
+                  "restarts; default: on for multi-worker jobs.")
+flags.DEFINE_bool("spot", False, "Run on Spot VMs (cheaper, preemptible).")
+flags.DEFINE_string("tensorboard", None, "Vertex TensorBoard instance resource name.")
+flags.DEFINE_string("hptune_config", None, "YAML or JSON study: makes it a tuning job.")
+flags.DEFINE_bool("dry_run", False, "Print the job as JSON; upload and submit nothing.")
+flags.DEFINE_bool("stream", False, "After submitting, log the job's state until it ends.")
+
+
+def load_config(path: str) -> dict:
+    import yaml  # JSON is YAML too
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise jobs.JobError(f"--hptune_config={path}: {e}") from None
+
+
+def main(argv: list[str]) -> int:
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        for name in ("project", "staging_dir", "job_dir"):
+            if not FLAGS[name].value:
+                raise jobs.JobError(f"--{name} is required")
+        name = FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
+        sdist = staging.build_sdist()
+        image = FLAGS.executor_image or (jobs.DEFAULT_GPU_IMAGE if FLAGS.accelerator_count
+                                         else jobs.DEFAULT_CPU_IMAGE)
+        labels = []
+        for label in FLAGS.labels:
+            key, sep, value = label.partition("=")
+            if not sep:
+                raise jobs.JobError(f"--labels: {label!r} is not key=value")
+            labels.append((key, value))
+        spec = jobs.JobSpec(
+            project=FLAGS.project, region=FLAGS.region, display_name=name,
+            package_uri=f"{FLAGS.staging_dir.rstrip('/')}/{name}/{os.path.basename(sdist)}",
+            job_dir=FLAGS.job_dir, trainer_args=tuple(argv[1:]), executor_image=image,
+            machine_type=FLAGS.machine_type, accelerator_type=FLAGS.accelerator_type,
+            accelerator_count=FLAGS.accelerator_count, workers=FLAGS.workers,
+            reduction_servers=FLAGS.reduction_servers,
+            reduction_server_machine_type=FLAGS.reduction_server_machine_type,
+            service_account=FLAGS.service_account, labels=tuple(labels),
+            timeout_s=FLAGS.timeout_s,
+            restart_job_on_worker_restart=FLAGS.restart_job_on_worker_restart,
+            spot=FLAGS.spot, tensorboard=FLAGS.tensorboard)
+        checks.check_all(spec)
+        job = (jobs.hptune_job(spec, load_config(FLAGS.hptune_config), FLAGS.hptune_config)
+               if FLAGS.hptune_config else jobs.custom_job(spec))
+        if FLAGS.dry_run:
+            print(jobs.to_json(job))
+            return 0
+        from google.cloud import aiplatform_v1, storage
+        job_client = aiplatform_v1.JobServiceClient(
+            client_options={"api_endpoint": f"{FLAGS.region}-aiplatform.googleapis.com"})
+        resource = submit_lib.submit(spec, job, sdist, storage.Client(project=FLAGS.project),
+                                     job_client)
+    except jobs.JobError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(resource)
+    print(submit_lib.console_link(resource, FLAGS.project))
+    return submit_lib.stream(job_client, resource) if FLAGS.stream else 0
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,36 @@
+"""Hyperparameter tuning reports: the cloudml-hypertune file convention, trials only."""
+
+import json
+
+import pytest
+
+from conftest import make_config
+from trainer import config as config_lib
+from trainer import hypertune
+
+
+def test_reports_only_in_a_trial(tmp_path):
+    path = tmp_path / "hp" / "output.metrics"
+    env = {"CLOUD_ML_HP_METRIC_FILE": str(path)}
+    assert hypertune.report("accuracy", {"accuracy": 0.9, "step": 100}, env) is None
+    assert not path.exists()
+    env["CLOUD_ML_TRIAL_ID"] = "7"
+    assert hypertune.report("accuracy", {"accuracy": 0.9, "step": 100}, env) == str(path)
+    hypertune.report("accuracy", {"accuracy": 0.95, "step": 200}, env)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(e["trial"], e["accuracy"], e["global_step"]) for e in lines] == [
+        ("7", "0.9", "100"), ("7", "0.95", "200")]
+
+
+def test_training_loss_stands_in_without_eval_data(tmp_path):
+    env = {"CLOUD_ML_HP_METRIC_FILE": str(tmp_path / "m"), "CLOUD_ML_TRIAL_ID": "1"}
+    hypertune.report("loss", {"train_loss": 0.5, "step": 10}, env)
+    assert json.loads((tmp_path / "m").read_text())["loss"] == "0.5"
+    assert hypertune.report("accuracy", {"train_loss": 0.5}, env) is None
+
+
+def test_metric_must_exist_for_the_task(fake_gcs, job_uri):
+    with pytest.raises(config_lib.ConfigError,
+                       match="--hptune_metric='accuracy': --task=regression reports loss, "
+                             "mae, rmse"):
+        make_config(fake_gcs, job_uri, task="regression", hptune_metric="accuracy")

@@ -1,0 +1,341 @@
+"""Vertex AI submission: job protos field by field for the four job shapes, the checks,
+staging against a real local GCS emulator, failure paths, the dry run, and Cloud Build."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from unittest import mock
+
+import pytest
+import requests
+import yaml
+from google.api_core import exceptions as gexc
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import aiplatform_v1 as v1
+from google.cloud import storage as gcs
+
+from conftest import REPO, free_ports, subprocess_env
+from vertex import checks, jobs, staging
+from vertex import submit as submit_lib
+
+BASE = dict(project="proj", region="europe-west4", display_name="run-1",
+            package_uri="gs://stage/run-1/trainer-0.1.0.tar.gz", job_dir="gs://out/run-1",
+            trainer_args=("--train_data=gs://data/train-*", "--label=y", "--task=binary"))
+SHAPES = {
+    "one_gpu": dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
+                    accelerator_count=1, executor_image=jobs.DEFAULT_GPU_IMAGE),
+    "four_gpus": dict(machine_type="a2-highgpu-4g", accelerator_type="NVIDIA_TESLA_A100",
+                      accelerator_count=4, executor_image=jobs.DEFAULT_GPU_IMAGE),
+    "chief_and_3_workers": dict(machine_type="n1-standard-16", workers=4),
+    "reduction_server": dict(machine_type="g2-standard-12", accelerator_type="NVIDIA_L4",
+                             accelerator_count=1, workers=2, reduction_servers=3,
+                             executor_image=jobs.DEFAULT_GPU_IMAGE),
+}
+
+
+def spec(shape: str, **overrides) -> jobs.JobSpec:
+    return jobs.JobSpec(**{**BASE, **SHAPES[shape], **overrides})
+
+
+def test_one_gpu_job_field_by_field():
+    job = jobs.custom_job(spec("one_gpu", service_account="sa@proj.iam.gserviceaccount.com",
+                               labels=(("team", "ml"),), timeout_s=7200, spot=True,
+                               tensorboard="projects/proj/locations/europe-west4/tensorboards/1"))
+    assert job.display_name == "run-1" and dict(job.labels) == {"team": "ml"}
+    js = job.job_spec
+    assert len(js.worker_pool_specs) == 1
+    pool = js.worker_pool_specs[0]
+    assert pool.replica_count == 1
+    assert pool.machine_spec.machine_type == "n1-standard-8"
+    assert pool.machine_spec.accelerator_type == v1.AcceleratorType.NVIDIA_TESLA_T4
+    assert pool.machine_spec.accelerator_count == 1
+    pkg = pool.python_package_spec
+    assert pkg.executor_image_uri == jobs.DEFAULT_GPU_IMAGE
+    assert list(pkg.package_uris) == ["gs://stage/run-1/trainer-0.1.0.tar.gz"]
+    assert pkg.python_module == "trainer.task"
+    assert list(pkg.args) == list(BASE["trainer_args"])
+    assert js.base_output_directory.output_uri_prefix == "gs://out/run-1"
+    assert js.service_account == "sa@proj.iam.gserviceaccount.com"
+    assert js.tensorboard.endswith("/tensorboards/1")
+    assert js.scheduling.timeout.total_seconds() == 7200
+    assert js.scheduling.strategy == v1.Scheduling.Strategy.SPOT
+    assert not js.scheduling.restart_job_on_worker_restart  # one machine: no need
+
+
+def test_four_gpu_job():
+    pools = jobs.custom_job(spec("four_gpus")).job_spec.worker_pool_specs
+    assert len(pools) == 1 and pools[0].replica_count == 1
+    assert (pools[0].machine_spec.machine_type, pools[0].machine_spec.accelerator_count) == (
+        "a2-highgpu-4g", 4)
+
+
+def test_chief_and_three_workers_in_vertex_pool_order():
+    js = jobs.custom_job(spec("chief_and_3_workers")).job_spec
+    chief, workers = js.worker_pool_specs
+    assert (chief.replica_count, workers.replica_count) == (1, 3)
+    assert chief.python_package_spec == workers.python_package_spec
+    assert workers.machine_spec.machine_type == "n1-standard-16"
+    assert js.scheduling.restart_job_on_worker_restart  # collectives cannot be rejoined
+
+
+def test_reduction_server_is_pool_two():
+    chief, workers, reducers = jobs.custom_job(spec("reduction_server")).job_spec.worker_pool_specs
+    assert (chief.replica_count, workers.replica_count, reducers.replica_count) == (1, 1, 3)
+    assert reducers.container_spec.image_uri == jobs.REDUCTION_SERVER_IMAGE
+    assert reducers.machine_spec.machine_type == "n1-highcpu-16"
+    assert not reducers.python_package_spec.python_module
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rest_json_round_trips_through_from_json(shape):
+    job = jobs.custom_job(spec(shape))
+    text = jobs.to_json(job)
+    assert v1.CustomJob.from_json(text) == job
+    assert '"acceleratorType": "NVIDIA' in text or shape == "chief_and_3_workers"
+
+
+def test_hyperparameter_tuning_job():
+    config = {"metric": "accuracy", "max_trials": 12, "parallel_trials": 3, "parameters": [
+        {"name": "learning_rate", "type": "double", "min": 1e-4, "max": 0.1, "scale": "log"},
+        {"name": "hidden_units", "type": "categorical", "values": ["64,32", "256,128"]},
+        {"name": "batch_size", "type": "discrete", "values": [64, 256]}]}
+    job = jobs.hptune_job(spec("one_gpu"), config)
+    metric = job.study_spec.metrics[0]
+    assert (metric.metric_id, metric.goal) == ("accuracy",
+                                               v1.StudySpec.MetricSpec.GoalType.MAXIMIZE)
+    lr, hidden, batch = job.study_spec.parameters
+    assert (lr.parameter_id, lr.double_value_spec.min_value, lr.double_value_spec.max_value) == (
+        "learning_rate", 1e-4, 0.1)
+    assert lr.scale_type == v1.StudySpec.ParameterSpec.ScaleType.UNIT_LOG_SCALE
+    assert list(hidden.categorical_value_spec.values) == ["64,32", "256,128"]
+    assert list(batch.discrete_value_spec.values) == [64.0, 256.0]
+    assert (job.max_trial_count, job.parallel_trial_count) == (12, 3)
+    args = list(job.trial_job_spec.worker_pool_specs[0].python_package_spec.args)
+    assert args[-1] == "--hptune_metric=accuracy"  # the trainer reports what is tuned
+    assert v1.HyperparameterTuningJob.from_json(jobs.to_json(job)) == job
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ({"parameters": [{"name": "x", "type": "double", "min": 0, "max": 1}]}, 'no "metric"'),
+    ({"metric": "loss"}, 'no "parameters"'),
+    ({"metric": "loss", "parameters": [{"name": "x", "type": "float"}]}, "type 'float'"),
+    ({"metric": "loss", "parameters": [{"name": "x", "type": "double", "min": 0}]},
+     "parameter 'x' (double) needs 'max'"),
+    ({"metric": "loss", "goal": "up", "parameters": []}, '"goal" must be one of'),
+])
+def test_bad_tuning_config_is_named(config, fragment):
+    with pytest.raises(jobs.JobError, match="^hp.yaml: ") as e:
+        jobs.hptune_job(spec("one_gpu"), config, "hp.yaml")
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (dict(machine_type="a2-highgpu-4g", accelerator_type="NVIDIA_TESLA_A100",
+          accelerator_count=2), "a2-highgpu-4g carries 4 x NVIDIA_TESLA_A100"),
+    (dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
+          accelerator_count=3), "NVIDIA_TESLA_T4 on n1 machines comes in counts of 1, 2, 4"),
+    (dict(machine_type="e2-standard-8", accelerator_type="NVIDIA_TESLA_T4",
+          accelerator_count=1), "--machine_type=e2-standard-8 takes no NVIDIA_TESLA_T4"),
+    (dict(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=0), "disagree"),
+    (dict(accelerator_type="NVIDIA_GTX_1080", accelerator_count=1), "not a Vertex accelerator"),
+    (dict(workers=0), "--workers=0"),
+    (dict(workers=1, reduction_servers=2), "--reduction_servers needs --workers >= 2"),
+    (dict(executor_image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-12.py310:latest",
+          machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
+          accelerator_count=1), "carries TensorFlow 2.12; the trainer needs 2.16"),
+    (dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
+          accelerator_count=1), "is a CPU image but the job asks for GPUs"),
+    (dict(job_dir="/local/out"), "--job_dir='/local/out': Vertex needs a gs:// location"),
+])
+def test_checks_reject_what_vertex_would(overrides, fragment):
+    with pytest.raises(jobs.JobError) as e:
+        checks.check_all(jobs.JobSpec(**{**BASE, **overrides}))
+    assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_checks_accept_the_four_shapes(shape):
+    checks.check_all(spec(shape))
+
+
+def test_sdist_holds_every_trainer_module(tmp_path):
+    archive = staging.build_sdist(out_dir=str(tmp_path))
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("trainer/task.py") for n in names)
+    assert not any("/vertex/" in n or "/tests/" in n for n in names)
+    # A module the archive lacks is caught before anything is uploaded.
+    (tmp_path / "repo" / "trainer").mkdir(parents=True)
+    (tmp_path / "repo" / "trainer" / "extra.py").write_text("")
+    with pytest.raises(jobs.JobError, match="lacks trainer/extra.py"):
+        staging.check_sdist(archive, str(tmp_path / "repo"))
+
+
+@pytest.fixture(scope="module")
+def gcs_emulator():
+    """A real local GCS emulator (gcp-storage-emulator) on a free port, for the module."""
+    port = free_ports(1)[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys, gcp_storage_emulator.server as s; "
+         "srv = s.create_server('localhost', int(sys.argv[1]), in_memory=True); "
+         "srv.run()", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = f"http://localhost:{port}"
+    try:
+        for _ in range(100):
+            try:
+                requests.get(host, timeout=1)
+                break
+            except requests.ConnectionError:
+                import time
+                time.sleep(0.1)
+        with mock.patch.dict(os.environ, {"STORAGE_EMULATOR_HOST": host}):
+            client = gcs.Client(project="test", credentials=AnonymousCredentials())
+            for bucket in ("stage", "data"):
+                client.create_bucket(bucket)
+            yield client
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_upload_and_data_check_against_the_emulator(gcs_emulator, tmp_path):
+    sdist = tmp_path / "trainer-0.1.0.tar.gz"
+    sdist.write_bytes(b"package")
+    uri = staging.upload(gcs_emulator, str(sdist), "gs://stage/run-1")
+    assert uri == "gs://stage/run-1/trainer-0.1.0.tar.gz"
+    assert gcs_emulator.bucket("stage").blob("run-1/trainer-0.1.0.tar.gz").download_as_bytes() \
+        == b"package"
+    for name in ("t/train-0.tfrecord", "t/train-1.tfrecord", "t/eval-0.tfrecord"):
+        gcs_emulator.bucket("data").blob(name).upload_from_string(b"x")
+    assert staging.glob_matches(gcs_emulator, "gs://data/t/train-*") == [
+        "gs://data/t/train-0.tfrecord", "gs://data/t/train-1.tfrecord"]
+    assert staging.check_data(gcs_emulator, "gs://data/t/*.tfrecord") == 3
+    with pytest.raises(jobs.JobError, match=r"no object matches --train_data=gs://data/x/\* "
+                                            "in bucket 'data'"):
+        staging.check_data(gcs_emulator, "gs://data/x/*")
+
+
+def test_submit_stages_then_creates_the_job(gcs_emulator, tmp_path):
+    gcs_emulator.bucket("data").blob("d/train-0.tfrecord").upload_from_string(b"x")
+    sdist = tmp_path / "trainer-0.1.0.tar.gz"
+    sdist.write_bytes(b"pkg")
+    s = spec("chief_and_3_workers", trainer_args=("--train_data=gs://data/d/train-*",),
+             package_uri="gs://stage/run-2/trainer-0.1.0.tar.gz")
+    job = jobs.custom_job(s)
+    client = mock.Mock()  # the Vertex API is the boundary we cannot reach
+    client.create_custom_job.return_value = v1.CustomJob(
+        name="projects/proj/locations/europe-west4/customJobs/123")
+    name = submit_lib.submit(s, job, str(sdist), gcs_emulator, client)
+    assert name.endswith("/customJobs/123")
+    client.create_custom_job.assert_called_once_with(
+        parent="projects/proj/locations/europe-west4", custom_job=job)
+    assert gcs_emulator.bucket("stage").blob("run-2/trainer-0.1.0.tar.gz").exists()
+    assert submit_lib.console_link(name, "proj") == (
+        "https://console.cloud.google.com/vertex-ai/locations/europe-west4/training/123"
+        "?project=proj")
+
+
+def test_submit_stops_before_creating_a_job_when_data_is_missing(gcs_emulator, tmp_path):
+    sdist = tmp_path / "trainer-0.1.0.tar.gz"
+    sdist.write_bytes(b"pkg")
+    client = mock.Mock()
+    s = spec("one_gpu", trainer_args=("--train_data=gs://data/none/*",))
+    with pytest.raises(jobs.JobError, match="no object matches"):
+        submit_lib.submit(s, jobs.custom_job(s), str(sdist), gcs_emulator, client)
+    client.create_custom_job.assert_not_called()
+
+
+@pytest.mark.parametrize("error, fragment", [
+    (gexc.Forbidden("denied"), "permission denied (403)"),
+    (gexc.NotFound("no bucket"), "not found (404)"),
+    (requests.ConnectionError("connection refused"), "network error (ConnectionError)"),
+])
+def test_storage_failures_are_explained(tmp_path, error, fragment):
+    """Failure modes the emulator cannot produce: mocked at the client boundary."""
+    client = mock.Mock()
+    client.bucket.return_value.blob.return_value.upload_from_filename.side_effect = error
+    client.list_blobs.side_effect = error
+    with pytest.raises(jobs.JobError) as e:
+        staging.upload(client, str(tmp_path / "p.tar.gz"), "gs://stage/x")
+    assert str(e.value).startswith("cannot upload the package to gs://stage/x/p.tar.gz: ")
+    assert fragment in str(e.value)
+    with pytest.raises(jobs.JobError, match="^cannot list gs://data/t/\\*: "):
+        staging.glob_matches(client, "gs://data/t/*")
+
+
+def test_stream_follows_the_job_to_its_end():
+    states = iter([v1.JobState.JOB_STATE_PENDING, v1.JobState.JOB_STATE_RUNNING,
+                   v1.JobState.JOB_STATE_RUNNING, v1.JobState.JOB_STATE_SUCCEEDED])
+    client = mock.Mock()
+    client.get_custom_job.side_effect = lambda name: v1.CustomJob(name=name, state=next(states))
+    waits = []
+    assert submit_lib.stream(client, "projects/p/locations/r/customJobs/1", 5,
+                             clock=waits.append) == 0
+    assert waits == [5, 5, 5]
+
+
+def dry_run(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/submit.py", "--project=proj", "--region=europe-west4",
+         "--staging_dir=gs://stage", "--job_dir=gs://out/run-1", "--display_name=run-1",
+         "--dry_run", *flags, "--", "--train_data=gs://data/train-*", "--label=y",
+         "--task=binary"], cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
+        timeout=120)
+
+
+@pytest.mark.parametrize("shape, flags, pools", [
+    ("one_gpu", ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"], [1]),
+    ("four_gpus", ["--machine_type=a2-highgpu-4g", "--accelerator_type=NVIDIA_TESLA_A100",
+                   "--accelerator_count=4"], [1]),
+    ("chief_and_3_workers", ["--workers=4"], [1, 3]),
+    ("reduction_server", ["--machine_type=g2-standard-12", "--accelerator_type=NVIDIA_L4",
+                          "--accelerator_count=1", "--workers=2", "--reduction_servers=3"],
+     [1, 1, 3]),
+])
+def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
+    proc = dry_run(*flags)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job = v1.CustomJob.from_json(proc.stdout)
+    assert [p.replica_count for p in job.job_spec.worker_pool_specs] == pools
+    chief = job.job_spec.worker_pool_specs[0].python_package_spec
+    assert chief.package_uris[0] == "gs://stage/run-1/trainer-0.1.0.tar.gz"
+    assert list(chief.args) == ["--train_data=gs://data/train-*", "--label=y", "--task=binary"]
+    assert json.loads(proc.stdout)["jobSpec"]["baseOutputDirectory"] == {
+        "outputUriPrefix": "gs://out/run-1"}
+
+
+def test_dry_run_with_tuning_config_and_errors(tmp_path):
+    config = tmp_path / "hp.yaml"
+    config.write_text(yaml.safe_dump({"metric": "accuracy", "parameters": [
+        {"name": "learning_rate", "type": "double", "min": 0.001, "max": 0.1}]}))
+    proc = dry_run(f"--hptune_config={config}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job = v1.HyperparameterTuningJob.from_json(proc.stdout)
+    assert job.study_spec.metrics[0].metric_id == "accuracy"
+    bad = dry_run("--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=3")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1].startswith(
+        "error: NVIDIA_TESLA_T4 on n1 machines comes in counts of")
+
+
+def test_cloudbuild_steps_run_commands_of_this_repository():
+    with open(os.path.join(REPO, "cloudbuild.yaml")) as f:
+        build = yaml.safe_load(f)
+    steps = build["steps"]
+    assert [s["id"] for s in steps] == ["test", "submit"]
+    for step in steps:
+        script = " ".join(step.get("args", []))
+        paths = [w for w in script.replace(";", " ").split()
+                 if w.startswith(("scripts/", ".ci/"))]
+        assert paths, step["id"]
+        for path in paths:
+            assert os.path.exists(os.path.join(REPO, path)), path
+    substitutions = set(build["substitutions"])
+    assert {"_REGION", "_BUCKET", "_EXECUTOR_IMAGE"} <= substitutions
+    used = {w for s in steps for a in s.get("args", []) for w in a.split("$")}
+    for name in substitutions:
+        assert any(u.startswith("{" + name + "}") for u in used), name
