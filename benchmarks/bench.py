@@ -135,7 +135,7 @@ def training_throughput(files, schema, steps: int) -> list[dict]:
     def loop_rate(run_eagerly: bool, n_steps: int) -> float:
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, config)
-        optimizer = keras.optimizers.Adam(1e-3)
+        optimizer = training.make_optimizer(1e-3)
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)
         iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset()))

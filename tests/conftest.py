@@ -71,22 +71,23 @@ def data_globs(task: str) -> tuple[str, str]:
     return (f"gs://{BUCKET}/{task}/train-*.tfrecord", f"gs://{BUCKET}/{task}/eval-*.tfrecord")
 
 
-def make_config(fake_gcs: str, job_uri: str, task: str = "binary", **overrides):
-    train, evaluation = data_globs(task)
-    values = dict(train_data=train, eval_data=evaluation, label="label", task=task,
-                  job_dir=job_uri, fake_gcs_root=fake_gcs, batch_size=32, train_steps=20,
-                  steps_per_loop=10, hidden_units=(16, 8), seed=7, shuffle_buffer=256)
-    values.update(overrides)
-    return config_lib.make_config(env={}, **values)
-
-
-def task_args(fake_gcs: str, job_uri: str, task: str = "binary", **flags) -> list[str]:
-    """Command-line flags for `python -m trainer.task` on the tiny dataset."""
+def job_values(fake_gcs: str, job_uri: str, task: str, **overrides) -> dict:
+    """A small, fast job on the tiny dataset of `task`, as flag values."""
     train, evaluation = data_globs(task)
     values = dict(train_data=train, eval_data=evaluation, label="label", task=task,
                   job_dir=job_uri, fake_gcs_root=fake_gcs, batch_size=32, train_steps=20,
                   steps_per_loop=10, hidden_units="16,8", seed=7, shuffle_buffer=256)
-    values.update(flags)
+    values.update(overrides)
+    return values
+
+
+def make_config(fake_gcs: str, job_uri: str, task: str = "binary", **overrides):
+    return config_lib.make_config(env={}, **job_values(fake_gcs, job_uri, task, **overrides))
+
+
+def task_args(fake_gcs: str, job_uri: str, task: str = "binary", **flags) -> list[str]:
+    """Command-line flags for `python -m trainer.task` on the tiny dataset."""
+    values = job_values(fake_gcs, job_uri, task, **flags)
     return [f"--{k}={v}" for k, v in values.items() if v is not None]
 
 

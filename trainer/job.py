@@ -45,6 +45,7 @@ USER_ERRORS = (config_lib.ConfigError, storage_lib.StorageError, schema_lib.Sche
 @dataclasses.dataclass
 class Result:
     model: keras.Model
+    optimizer: keras.optimizers.Optimizer
     schema: schema_lib.Schema
     head: heads.Head
     metrics: dict
@@ -101,7 +102,7 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
     keras.utils.set_random_seed(config.effective_seed())
     with strategy.scope():
         model = model_lib.build(schema, head.units, config)
-        optimizer = keras.optimizers.Adam(config.learning_rate)
+        optimizer = training.make_optimizer(config.learning_rate)
         # Slot variables must exist before the first step is traced under a strategy.
         optimizer.build(model.trainable_variables)
     ckpt = checkpoints_lib.Checkpoints(storage, config.checkpoint_dir,
@@ -144,7 +145,8 @@ class _Job:
         resumed = self.ckpt.restore_latest()
         start_step = int(self.loops.optimizer.iterations.numpy())
         result = lambda step, metrics: Result(  # noqa: E731
-            model=model, schema=self.schema, head=self.loops.head, metrics=metrics, step=step)
+            model=model, optimizer=self.loops.optimizer, schema=self.schema,
+            head=self.loops.head, metrics=metrics, step=step)
         if resumed and start_step >= config.train_steps and self._exported(start_step):
             logging.info("already finished: step %d of %d, model at %s; nothing to do",
                          start_step, config.train_steps, config.model_dir)

@@ -44,7 +44,10 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
     for f in schema.features:
         x = inputs[f.name]
         if f.kind == "numeric":
-            x = keras.layers.Normalization(mean=f.mean, variance=f.std ** 2,
+            # Per-value lists, not scalars: Keras 3.4 (in Vertex's TF 2.17 images) fails
+            # on scalar statistics.
+            x = keras.layers.Normalization(mean=[f.mean] * f.size,
+                                           variance=[f.std ** 2] * f.size,
                                            name=f"{f.name}_norm")(keras.ops.cast(x, "float32"))
             parts.append(x)
             continue

@@ -43,8 +43,8 @@ flags.DEFINE_integer("steps_per_loop", 100, "Steps per compiled inner loop (one 
 flags.DEFINE_integer("eval_every_steps", 0, "Evaluate every N steps; 0: only at the end.")
 flags.DEFINE_integer("eval_steps", 0, "Batches per evaluation; 0: all of --eval_data.")
 flags.DEFINE_integer("checkpoint_every_steps", 0, "Checkpoint every N steps; 0: at the end.")
-flags.DEFINE_integer("seed", None, "Seed for initialisation and data order; set it for "
-                     "reproducible runs (also makes tf.data deterministic).")
+flags.DEFINE_integer("seed", None, "Seed for initialisation and data order; unset, one is "
+                     "derived from --train_data and --checkpoint_dir.")
 flags.DEFINE_integer("shuffle_buffer", 10_000, "Records in the shuffle buffer.")
 flags.DEFINE_integer("schema_sample_records", 10_000, "Records read to infer the schema.")
 flags.DEFINE_string("model_fn", None, "Custom model builder, 'package.module:function'.")

@@ -22,8 +22,8 @@ def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: 
     """One optimisation step on one replica's share of the global batch.
 
     The loss is summed over this replica's examples and divided by the *global* batch
-    size: summed over replicas, that is the mean over the global batch, so gradients do
-    not depend on how many replicas share the batch.
+    size; the gradients are then summed over replicas. Together that is the gradient of
+    the mean loss over the global batch, whatever the number of replicas.
 
     Returns:
       This replica's share of the global mean loss.
@@ -38,8 +38,32 @@ def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: 
     # all-reducing those fails in TF 2.21's collectives. Dense sums always work and are
     # deterministic; for the vocabularies of tabular data they are cheap.
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return loss
+
+
+class Adam(keras.optimizers.Adam):
+    """Adam that applies the gradients it is given, already summed over replicas.
+
+    Keras sums gradients over replicas inside `apply_gradients`, but not in every
+    version: Keras 3.4 (in Vertex's TF 2.17 images) calls that sum in cross-replica
+    context, where it does nothing, so each replica applied its own gradient. The step
+    sums them itself (`train_step`), and this optimizer must not sum them again.
+    """
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return grads_and_vars
+
+
+def make_optimizer(learning_rate: float) -> keras.optimizers.Optimizer:
+    """The optimizer `train_step` expects. Build it on the model's variables inside
+    `strategy.scope()` before the first step (slot variables cannot be created while a
+    strategy traces the step)."""
+    if not hasattr(keras.optimizers.Adam, "_all_reduce_sum_gradients"):
+        raise RuntimeError(f"Keras {keras.__version__} changed how optimizers sum gradients "
+                           "over replicas; trainer.training.Adam must be updated")
+    return Adam(learning_rate)
 
 
 def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, tf.Tensor]:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the core tests against the TensorFlow and Keras of Vertex AI's prebuilt TF 2.17
+# training images (TF 2.17.1, Keras 3.4.1), in .venv-tf217 (created on first use).
+# Keras 3.4 behaves differently under tf.distribute: this is where that shows.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$root/.venv-tf217"
+if [ ! -f "$venv/.installed" ]; then
+  echo "setting up $venv (TensorFlow 2.17.1, Keras 3.4.1)" >&2
+  "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet "tensorflow==2.17.1" "keras==3.4.1" \
+    "absl-py>=1.0" "tensorboard>=2.16" "pytest>=7"
+  touch "$venv/.installed"
+fi
+cd "$root"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+exec "$venv/bin/python" -m pytest tests/test_training.py tests/test_export.py \
+  tests/test_model.py tests/test_inputs.py tests/test_schema.py \
+  "tests/test_end_to_end.py::test_three_workers_match_one_process" \
+  "tests/test_faults.py::test_sigkill_then_restart_ends_with_the_uninterrupted_weights" "$@"
