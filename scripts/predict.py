@@ -42,7 +42,11 @@ def main() -> int:
 
 def _value(v):
     v = v.numpy() if hasattr(v, "numpy") else v
-    return v.decode() if isinstance(v, bytes) else (round(float(v), 4) if isinstance(v, float) else v)
+    if hasattr(v, "item"):
+        v = v.item()  # NumPy scalar to Python
+    if isinstance(v, bytes):
+        return v.decode()
+    return round(v, 4) if isinstance(v, float) else v
 
 
 if __name__ == "__main__":

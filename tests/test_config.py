@@ -52,7 +52,8 @@ def test_config_is_frozen_and_serialisable():
     (dict(hidden_units="0"), "--hidden_units='0'"),
     (dict(label=""), "--label is not set"),
     (dict(train_data=None), "--train_data is not set"),
-    (dict(job_dir=None), "--model_dir is not set: pass --job_dir, --model_dir, or set AIP_MODEL_DIR"),
+    (dict(job_dir=None),
+     "--model_dir is not set: pass --job_dir, --model_dir, or set AIP_MODEL_DIR"),
     (dict(eval_data="gs:///x"), "--eval_data: bad Cloud Storage path"),
 ])
 def test_bad_values_name_the_flag(overrides, fragment):

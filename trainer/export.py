@@ -10,6 +10,8 @@ The SavedModel needs only TensorFlow to load: no import of this package.
 
 from __future__ import annotations
 
+import inspect
+
 import keras
 import tensorflow as tf
 
@@ -46,4 +48,7 @@ def write_saved_model(model: keras.Model, schema: schema_lib.Schema, head: heads
                          input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     archive.add_endpoint("predict", serve_features,
                          input_signature=[feature_signature(schema)])
-    archive.write_out(path)
+    # Newer Keras prints every captured tensor unless told not to; Keras 3.4 (Vertex's
+    # TF 2.17 images) has no such argument and prints nothing.
+    takes_verbose = "verbose" in inspect.signature(archive.write_out).parameters
+    archive.write_out(path, **({"verbose": False} if takes_verbose else {}))

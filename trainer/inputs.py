@@ -23,9 +23,10 @@ class DataError(ValueError):
 
 
 def parse_features(serialized: tf.Tensor, schema: schema_lib.Schema) -> dict[str, tf.Tensor]:
-    """Parses a batch of serialized Examples into raw features (no label).
+    """Parses a batch of serialized Examples into raw features (no label), for serving.
 
-    Shared by training and the exported serving signature, so both see identical inputs.
+    It uses the schema's parse spec, as `parser` does for training, so the served model
+    sees its inputs exactly as training did, defaults for missing values included.
     """
     return tf.io.parse_example(serialized, schema.parse_spec(with_label=False))
 

@@ -57,8 +57,8 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
         else:
             # The OOV token must not be a vocabulary entry (Keras' default, -1, is our
             # missing value), or lookups silently shift.
-            lookup = keras.layers.IntegerLookup(vocabulary=vocabulary, oov_token=min(vocabulary) - 1,
-                                                name=f"{f.name}_lookup")
+            lookup = keras.layers.IntegerLookup(
+                vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=f"{f.name}_lookup")
         ids = lookup(x)
         slots = len(vocabulary) + 1
         if slots <= ONE_HOT_MAX:
