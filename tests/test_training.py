@@ -55,6 +55,11 @@ def test_training_learns_and_reports_metrics(fake_gcs, job_uri):
     assert result.metrics["accuracy"] > 0.75  # the sample data has a learnable signal
 
 
+def test_eval_steps_beyond_the_data_wrap_around(fake_gcs, job_uri):
+    _, result = train(fake_gcs, job_uri, tf.distribute.get_strategy(), eval_steps=10)
+    assert result.metrics["examples"] == 10 * 32  # 128 eval records, read 2.5 times
+
+
 def test_progress_line_has_step_loss_rate_and_time_left():
     times = iter([0.0, 2.0, 3.0])
     lines = []

@@ -96,7 +96,8 @@ def parser(schema: schema_lib.Schema):
 def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int,
                  training: bool, seed: int = 0, shuffle_buffer: int = 10_000,
                  num_shards: int = 1, shard_index: int = 0, shard_by: str = "record",
-                 skip_records: int = 0, skip_corrupt: bool = False) -> tf.data.Dataset:
+                 skip_records: int = 0, skip_corrupt: bool = False,
+                 repeat: bool = False) -> tf.data.Dataset:
     """Builds batches of (features, label) from local or real-GCS TFRecord paths.
 
     The order is a function of `seed` alone, even with parallel reads: that is what lets
@@ -115,6 +116,8 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
       skip_records: records of this shard already trained on (resuming a job).
       skip_corrupt: drop what cannot be read instead of failing. A TFRecord file cannot
         be resynchronised after a corrupt record, so the rest of that file is lost.
+      repeat: read the data forever even when not training: evaluation over a fixed
+        number of batches repeats, so it never runs out.
 
     Returns:
       A dataset of (dict of feature tensors, label tensor).
@@ -132,7 +135,9 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
     ds = ds.interleave(read, cycle_length=min(len(files), 16), num_parallel_calls=AUTOTUNE,
                        deterministic=True)
     if training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if training or repeat:
+        ds = ds.repeat()
     if shard_by == "record" and num_shards > 1:
         ds = ds.shard(num_shards, shard_index)
     if skip_records:
@@ -148,7 +153,7 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
 def distribute(strategy: tf.distribute.Strategy, files: list[str],
                schema: schema_lib.Schema, *, global_batch_size: int, training: bool,
                seed: int, shuffle_buffer: int, shard_by: str, start_step: int = 0,
-               skip_corrupt: bool = False):
+               skip_corrupt: bool = False, repeat: bool = False):
     """Builds the per-replica datasets of every worker for `strategy`.
 
     Args:
@@ -166,7 +171,7 @@ def distribute(strategy: tf.distribute.Strategy, files: list[str],
             shuffle_buffer=shuffle_buffer, num_shards=ctx.num_input_pipelines,
             shard_index=ctx.input_pipeline_id,
             shard_by=choose_sharding(shard_by, len(files), ctx.num_input_pipelines),
-            skip_records=start_step * per_step, skip_corrupt=skip_corrupt)
+            skip_records=start_step * per_step, skip_corrupt=skip_corrupt, repeat=repeat)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 

@@ -230,7 +230,7 @@ class _Job:
             self.strategy, [self.storage.path(f) for f in eval_files], self.schema,
             global_batch_size=config.batch_size, training=False, seed=0,
             shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by,
-            skip_corrupt=config.skip_corrupt_records)
+            skip_corrupt=config.skip_corrupt_records, repeat=bool(config.eval_steps))
 
         def evaluate() -> dict:
             if config.eval_steps:
