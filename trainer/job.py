@@ -157,8 +157,6 @@ class _Job:
         step, metrics = self._train(train_files, start_step, evaluate)
         metrics = {**(evaluate() or metrics), "step": step}
         logging.info("final metrics: %s", _fmt(metrics))
-        if step > start_step:
-            self.ckpt.save(step)
         self._export(metrics)
         return result(step, metrics)
 
@@ -203,11 +201,12 @@ class _Job:
                 with writer.as_default(step=step):
                     tf.summary.scalar("loss", loss)
                     tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
-                if (config.eval_every_steps and step % config.eval_every_steps == 0
-                        and step < config.train_steps):
+                if _due(step, config.eval_every_steps) and step < config.train_steps:
                     self._log_eval(step, evaluate(), writer)
-                if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
+                if _due(step, config.checkpoint_every_steps):
                     self.ckpt.save(step)
+        if not _due(step, config.checkpoint_every_steps):
+            self.ckpt.save(step)  # the end, unless the loop just saved it
         writer.flush()
         return step, {"train_loss": loss}
 
@@ -299,6 +298,11 @@ class _Job:
             storage.remove_tree(partial)
         logging.info("exported the model to %s in %.1fs", config.model_dir,
                      time.monotonic() - start)
+
+
+def _due(step: int, every: int) -> bool:
+    """Whether a periodic action (every `every` steps, 0: never) falls on `step`."""
+    return bool(every) and step % every == 0
 
 
 def _until(step: int, every: int) -> int:
