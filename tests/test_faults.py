@@ -123,6 +123,31 @@ def test_sigterm_checkpoints_exits_143_and_resumes(fake_gcs, job_uri, store, uni
     assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"), uninterrupted, 1e-6)
 
 
+def test_sigterm_to_one_worker_stops_the_whole_cluster_at_one_checkpoint(fake_gcs, job_uri,
+                                                                         store):
+    """Vertex may signal one VM only: every task must stop at the same step and save."""
+    ports = free_ports(2)
+    cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+    args = task_args(fake_gcs, job_uri, **{**RESUME_FLAGS, "train_steps": 100_000})
+    chief = Job(args, TF_CONFIG=tf_config(cluster, "chief", 0))
+    worker = Job(args, TF_CONFIG=tf_config(cluster, "worker", 0))
+    try:
+        chief.wait_for("step 100/100000")
+        worker.proc.send_signal(signal.SIGTERM)
+        codes = [chief.finish(timeout=60), worker.finish(timeout=60)]
+    finally:
+        chief.kill()
+        worker.kill()
+    assert codes == [143, 143], chief.log[-3000:]
+    lasts = [j.log.strip().splitlines()[-1] for j in (chief, worker)]
+    steps = {int(re.search(r"stopped by SIGTERM at step (\d+)", last)[1]) for last in lasts}
+    assert len(steps) == 1, lasts  # the same step on both
+    step = steps.pop()
+    assert f"saved checkpoint at step {step}" in chief.log
+    assert tf.train.latest_checkpoint(store.path(f"{job_uri}/checkpoints")).endswith(
+        f"ckpt-{step}")
+
+
 def test_killed_worker_stops_the_chief_which_resumes_after_restart(fake_gcs, job_uri, store):
     ports = free_ports(2)
     cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
