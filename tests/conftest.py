@@ -6,6 +6,7 @@ can compare one replica with two under MirroredStrategy without a GPU.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -165,7 +166,6 @@ def predict_in_subprocess(model_dir: str, records: list[bytes]) -> dict:
         "decode = lambda v: v.decode() if isinstance(v, bytes) else v\n"
         "print(json.dumps({k: [decode(x) for x in v.numpy().tolist()] "
         "for k, v in out.items()}))\n")
-    import base64
     proc = subprocess.run(
         [sys.executable, "-c", code], input=json.dumps(
             [base64.b64encode(r).decode() for r in records]),

@@ -106,6 +106,9 @@ def test_bad_record_is_found_and_named(store):
                        [example(age="old", label=1)])
     assert "age" in inputs.find_bad_record(store, [wrong_type], schema)
     assert inputs.find_bad_record(store, files, schema) is None
+    # A bounded check (what start-up does) stops before the bad record.
+    assert inputs.find_bad_record(store, [bad], schema, limit=256) is None
+    assert inputs.find_bad_record(store, [bad], schema, limit=257) == message
 
 
 def test_corrupt_file_is_named(store):

@@ -103,3 +103,13 @@ def test_cloud_storage_failures_name_the_path(monkeypatch):
     with pytest.raises(storage_lib.StorageError,
                        match="cannot read 'gs://b/schema.json': network unreachable"):
         s.read_json("gs://b/schema.json")
+
+
+def test_buckets_are_created_only_under_a_fake_root(tmp_path):
+    s = storage_lib.Storage(str(tmp_path))
+    s.create_bucket("fresh")
+    s.write_bytes("gs://fresh/a", b"1")
+    s.rename("gs://fresh/a", "gs://fresh/b")
+    assert s.listdir("gs://fresh") == ["b"]
+    with pytest.raises(storage_lib.StorageError, match="cannot create bucket 'x' without"):
+        storage_lib.Storage().create_bucket("x")

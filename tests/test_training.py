@@ -39,6 +39,14 @@ def test_eager_equals_compiled_under_mirrored_strategy(fake_gcs, job_uri, task,
     assert max_abs_diff(compiled, initial) > 1e-3  # training moved the weights
 
 
+def test_eager_equals_compiled_on_one_device(fake_gcs, job_uri):
+    strategy = tf.distribute.get_strategy()
+    compiled, _ = train(fake_gcs, job_uri + "/compiled", strategy, task="regression")
+    eager, _ = train(fake_gcs, job_uri + "/eager", strategy, task="regression",
+                     run_eagerly=True)
+    assert max_abs_diff(compiled, eager) <= 1e-6
+
+
 def test_one_replica_equals_two_replicas_with_half_the_batch(fake_gcs, job_uri,
                                                              mirrored_two_cpus):
     one, _ = train(fake_gcs, job_uri + "/one", tf.distribute.OneDeviceStrategy("/cpu:0"),

@@ -205,26 +205,30 @@ def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
 
 
 def bad_records(storage: storage_lib.Storage, files: list[str],
-                schema: schema_lib.Schema | None) -> Iterator[str]:
+                schema: schema_lib.Schema | None, limit: int | None = None) -> Iterator[str]:
     """Yields the first unreadable or unparsable record of each file; slow, for diagnosis.
 
     TensorFlow's read and parse errors name neither the file nor the record; this does.
 
     Args:
       schema: what records must parse as; None checks only that they can be read.
+      limit: records to check per file; None: all of them.
 
     Yields:
       'FILE record N: what is wrong' (or 'FILE: corrupted record at BYTE').
     """
     check = parser(schema) if schema else (lambda batch: batch)
     for uri in files:
-        yield from _first_bad_record(storage, uri, check)
+        yield from _first_bad_record(storage, uri, check, limit)
 
 
-def _first_bad_record(storage, uri, check) -> Iterator[str]:
+def _first_bad_record(storage, uri, check, limit) -> Iterator[str]:
     index = 0
+    records = tf.data.TFRecordDataset(storage.path(uri))
+    if limit is not None:
+        records = records.take(limit)
     try:
-        for batch in tf.data.TFRecordDataset(storage.path(uri)).batch(256):
+        for batch in records.batch(256):
             try:
                 check(batch)
             except tf.errors.OpError:
@@ -241,6 +245,6 @@ def _first_bad_record(storage, uri, check) -> Iterator[str]:
 
 
 def find_bad_record(storage: storage_lib.Storage, files: list[str],
-                    schema: schema_lib.Schema | None) -> str | None:
+                    schema: schema_lib.Schema | None, limit: int | None = None) -> str | None:
     """The first of `bad_records`, or None when every record is fine."""
-    return next(bad_records(storage, files, schema), None)
+    return next(bad_records(storage, files, schema, limit), None)

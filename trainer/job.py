@@ -62,8 +62,9 @@ def load_schema(config: config_lib.Config, storage: storage_lib.Storage,
     if config.schema:
         schema = schema_lib.from_json(storage.read_json(config.schema), config.schema,
                                       config.label, config.task)
+        # The first records only: the start of a job must not read a whole file.
         bad = None if config.skip_corrupt_records else inputs.find_bad_record(
-            storage, files[:1], schema)
+            storage, files[:1], schema, limit=config.schema_sample_records)
         if bad:
             raise inputs.DataError(f"{bad} (with schema {config.schema})")
         return schema
@@ -141,16 +142,14 @@ class _Job:
         return distribution.is_chief(self.cluster)
 
     def run(self, train_files: list[str], eval_files: list[str]) -> Result:
-        config, model = self.config, self.loops.model
+        config = self.config
         resumed = self.ckpt.restore_latest()
         start_step = int(self.loops.optimizer.iterations.numpy())
-        result = lambda step, metrics: Result(  # noqa: E731
-            model=model, optimizer=self.loops.optimizer, schema=self.schema,
-            head=self.loops.head, metrics=metrics, step=step)
         if resumed and start_step >= config.train_steps and self._exported(start_step):
             logging.info("already finished: step %d of %d, model at %s; nothing to do",
                          start_step, config.train_steps, config.model_dir)
-            return result(start_step, self.storage.read_json(self._model_file("metrics.json")))
+            return self._result(start_step,
+                                self.storage.read_json(self._model_file("metrics.json")))
         if resumed:
             logging.info("resuming at step %d of %d", start_step, config.train_steps)
         evaluate = self._evaluator(eval_files)
@@ -158,7 +157,11 @@ class _Job:
         metrics = {**(evaluate() or metrics), "step": step}
         logging.info("final metrics: %s", _fmt(metrics))
         self._export(metrics)
-        return result(step, metrics)
+        return self._result(step, metrics)
+
+    def _result(self, step: int, metrics: dict) -> Result:
+        return Result(model=self.loops.model, optimizer=self.loops.optimizer,
+                      schema=self.schema, head=self.loops.head, metrics=metrics, step=step)
 
     def _train(self, train_files, step, evaluate) -> tuple[int, dict]:
         """The outer loop: inner loops of `steps_per_loop` steps, and actions between."""

@@ -81,11 +81,10 @@ def write_tfrecords(storage: storage_lib.Storage, prefix: str, records: list[byt
         uri = f"{prefix}-{shard:05d}-of-{num_shards:05d}.tfrecord"
         parent = uri.rsplit("/", 1)[0]
         storage.makedirs(parent)
-        tmp = storage.path(uri + ".tmp")
-        with tf.io.TFRecordWriter(tmp) as writer:
+        with tf.io.TFRecordWriter(storage.path(uri + ".tmp")) as writer:
             for record in records[shard::num_shards]:
                 writer.write(record)
-        tf.io.gfile.rename(tmp, storage.path(uri), overwrite=True)
+        storage.rename(uri + ".tmp", uri)
         uris.append(uri)
     return uris
 
@@ -120,10 +119,9 @@ def define_flags() -> None:
 def main(argv):
     del argv
     storage = storage_lib.Storage(FLAGS.fake_gcs_root)
-    if FLAGS.fake_gcs_root and storage_lib.is_gcs(FLAGS.output):
-        # A local stand-in bucket: create it, as `gcloud storage buckets create` would.
-        tf.io.gfile.makedirs(storage.path(f"gs://{storage_lib.split_gcs(FLAGS.output)[0]}"))
     try:
+        if FLAGS.fake_gcs_root and storage_lib.is_gcs(FLAGS.output):
+            storage.create_bucket(storage_lib.split_gcs(FLAGS.output)[0])
         written = write_dataset(storage, FLAGS.output, FLAGS.task, FLAGS.train_examples,
                                 FLAGS.eval_examples, FLAGS.num_shards, FLAGS.seed)
     except storage_lib.StorageError as e:

@@ -144,10 +144,25 @@ class Storage:
         tmp = f"{uri}.tmp-{uuid.uuid4().hex[:8]}"
         with tf.io.gfile.GFile(self.path(tmp), "wb") as f:
             f.write(data)
-        tf.io.gfile.rename(self.path(tmp), self.path(uri), overwrite=True)
+        self.rename(tmp, uri)
 
     def write_json(self, uri: str, obj: Any) -> None:
         self.write_bytes(uri, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+    def rename(self, src: str, dst: str) -> None:
+        """Moves a file, replacing `dst`; atomic on local (and fake) filesystems."""
+        tf.io.gfile.rename(self.path(src), self.path(dst), overwrite=True)
+
+    def create_bucket(self, name: str) -> None:
+        """Creates a bucket of the fake root (a folder), as `gcloud storage buckets create`
+        would on Cloud Storage.
+
+        Raises:
+          StorageError: without a fake root: real buckets are not this package's to make.
+        """
+        if not self.fake_gcs_root:
+            raise StorageError(f"cannot create bucket {name!r} without --fake_gcs_root")
+        tf.io.gfile.makedirs(os.path.join(os.path.abspath(self.fake_gcs_root), name))
 
     def remove_tree(self, uri: str) -> None:
         if tf.io.gfile.exists(self.path(uri)):
