@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from trainer import config as config_lib  # noqa: E402
 from trainer import heads  # noqa: E402
 from trainer import inputs  # noqa: E402
 from trainer import model as model_lib  # noqa: E402
+from trainer import records as records_lib  # noqa: E402
 from trainer import sample_data  # noqa: E402
 from trainer import schema as schema_lib  # noqa: E402
 from trainer import storage as storage_lib  # noqa: E402
@@ -43,21 +46,13 @@ flags.DEFINE_integer("repeats", 3, "Measured repetitions (after one warm-up).")
 flags.DEFINE_string("data_dir", ".local/bench-data", "Where the dataset is cached.")
 flags.DEFINE_string("output", "benchmarks/results/latest.json", "JSON results.")
 flags.DEFINE_bool("quick", False, "Small sizes, to check the benchmark itself runs.")
+flags.DEFINE_list("sections", ["input", "cores", "training", "job", "strategy"],
+                  "Which sections to run (the input rows always run: they give the ceiling).")
+flags.DEFINE_bool("child_input", False, "Internal: print the input rates as JSON (for the "
+                  "core-count rows, run under taskset).")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN = (64, 32)
-
-
-def median_rate(fn, repeats: int) -> float:
-    """Runs fn() (which returns examples processed) once to warm up, then `repeats` times;
-    returns the median examples per second."""
-    fn()
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        n = fn()
-        rates.append(n / (time.perf_counter() - start))
-    return statistics.median(rates)
 
 
 def dataset_files(storage: storage_lib.Storage) -> list[str]:
@@ -78,74 +73,157 @@ def _add_batch(total, batch):
     return total + tf.shape(first, out_type=tf.int64)[0]
 
 
-def count(ds: tf.data.Dataset) -> int:
-    """Examples in a batched dataset, counted inside the graph (no Python per batch)."""
-    return int(ds.reduce(tf.constant(0, tf.int64), _add_batch))
+def interleaved_rates(fns: dict, repeats: int) -> dict[str, float]:
+    """Median of each fn's examples/s, run in turns (shuffled each round) so that a slow
+    moment of this shared machine does not fall on one row only. A fn returns either
+    examples (timed here) or (examples, seconds) (timed by itself)."""
+    for fn in fns.values():
+        fn()  # warm-up
+    samples = {name: [] for name in fns}
+    rng = random.Random(0)
+    for _ in range(repeats):
+        order = list(fns)
+        rng.shuffle(order)
+        for name in order:
+            start = time.perf_counter()
+            result = fns[name]()
+            n, seconds = result if isinstance(result, tuple) else (
+                result, time.perf_counter() - start)
+            samples[name].append(n / seconds)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def input_pipeline(files, schema, n: int) -> list[dict]:
+@tf.function
+def _pull(iterator, batches):
+    total = tf.constant(0, tf.int64)
+    for _ in tf.range(batches):
+        total = _add_batch(total, next(iterator))
+    return total
+
+
+def steady(make_dataset, batches: int):
+    """A function that starts a new iterator of `make_dataset()`, pulls `batches` batches
+    to get it going, then times `batches` more: the rate of a running pipeline, without
+    its start-up (the load of --cache=memory, the first shuffle window; the job rows
+    include those). A fresh iterator each time, so that nothing was computed ahead while
+    other rows ran."""
+    def run():
+        iterator = iter(make_dataset())
+        _pull(iterator, tf.constant(batches))
+        start = time.perf_counter()
+        n = int(_pull(iterator, tf.constant(batches)))
+        return n, time.perf_counter() - start
+    return run
+
+
+def input_rates(files, schema, n: int, repeats: int) -> dict[str, float]:
     spec = schema.parse_spec(with_label=True)
     batch = FLAGS.batch_size
+    steps = n // batch
+    parse = inputs.parser(schema)  # the package's parse: parse_example + checks
 
-    def package():
-        return count(inputs.make_dataset(files, schema, batch_size=batch, training=True,
-                                          seed=1, shuffle_buffer=10_000).take(n // batch))
+    def records():
+        return tf.data.TFRecordDataset(files).repeat()
 
-    def naive():  # what a user often writes first: sequential, per-record parsing
-        ds = tf.data.TFRecordDataset(files).map(
-            lambda r: tf.io.parse_single_example(r, spec)).batch(batch)
-        return count(ds.take(n // batch))
+    def package(cache):
+        return steady(lambda: inputs.make_dataset(
+            files, schema, batch_size=batch, training=True, seed=1, cache=cache), steps)
 
-    def raw():  # the read ceiling: raw records, no parsing (sequential is fastest here;
-        # num_parallel_reads=AUTOTUNE measured 17x slower on 2 cores)
-        return count(tf.data.TFRecordDataset(files).batch(batch).take(n // batch))
+    in_memory = list(tf.data.TFRecordDataset(files).batch(batch).take(steps))
+    parse_fn = tf.function(parse)
 
-    def raw_interleaved():  # the package's reading stage alone
-        ds = tf.data.Dataset.from_tensor_slices(files).interleave(
-            tf.data.TFRecordDataset, cycle_length=min(len(files), 16),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return count(ds.batch(batch).take(n // batch))
+    def parse_alone():  # parse_example on batches already in memory
+        for b in in_memory:
+            parse_fn(b)
+        return len(in_memory) * batch
 
-    rates = {name: median_rate(fn, FLAGS.repeats)
-             for name, fn in (("package", package), ("naive", naive), ("raw read", raw),
-                              ("raw interleaved", raw_interleaved))}
-    return [
-        row("input", "package pipeline", rates["package"], rates["naive"], "naive",
-            "package >= 10x naive"),
-        row("input", "naive (parse_single_example, sequential)", rates["naive"], rates["naive"],
-            "naive"),
-        row("input", "raw read (sequential, no parsing)", rates["raw read"], rates["raw read"],
-            "raw", "package >= 0.5x raw"),
-        row("input", "raw read (package's interleave, no parsing)", rates["raw interleaved"],
-            rates["raw read"], "raw"),
-        row("input", "package / raw read", rates["package"], rates["raw read"], "raw"),
+    def load():  # what --cache=memory does once, at start-up
+        records_lib.load(files, parse, skip_corrupt=False)
+        return n
+
+    # The ceiling: sequential read, batch, parse_example; no shuffle. The naive pipeline
+    # is what a user often writes first: sequential, per-record parsing.
+    return interleaved_rates({
+        "stream": package("stream"), "memory": package("memory"),
+        "ceiling": steady(lambda: records().batch(batch).map(parse), steps),
+        "parse alone": parse_alone, "load": load,
+        "naive": steady(lambda: records().map(
+            lambda r: tf.io.parse_single_example(r, spec)).batch(batch), steps),
+        "raw": steady(lambda: records().batch(batch), steps)}, repeats)
+
+
+def input_pipeline(files, schema, n: int) -> tuple[list[dict], float]:
+    r = input_rates(files, schema, n, FLAGS.repeats)
+    rows = [
+        row("input", "parse_example alone (batches in memory)", r["parse alone"],
+            r["ceiling"], "ceiling"),
+        row("input", "ceiling: sequential read, batch, parse", r["ceiling"], r["ceiling"],
+            "ceiling"),
+        row("input", "raw read (sequential, no parsing)", r["raw"], r["ceiling"], "ceiling"),
+        row("input", "naive (parse_single_example)", r["naive"], r["ceiling"], "ceiling"),
+        row("input", "package, streamed (--cache=off)", r["stream"], r["ceiling"],
+            "ceiling", ">= 0.9x ceiling"),
+        row("input", "package, streamed / naive", r["stream"], r["naive"], "naive",
+            ">= 10x naive"),
+        row("input", "package, in memory (--cache=memory)", r["memory"], r["ceiling"],
+            "ceiling", ">= 0.9x ceiling"),
+        row("input", "package, in memory / naive", r["memory"], r["naive"], "naive",
+            ">= 10x naive"),
+        row("input", "loading into memory (once, at start-up)", r["load"], r["ceiling"],
+            "ceiling"),
     ]
+    return rows, r["ceiling"]
 
 
-def training_throughput(files, schema, steps: int) -> list[dict]:
+def cores(files) -> list[dict]:
+    """The same input rows with one core (taskset) and with all, in child processes."""
+    results = {}
+    for label, cpus in (("1 core", "0"), (f"{os.cpu_count()} cores", None)):
+        args = [sys.executable, "-m", "benchmarks.bench", "--child_input",
+                f"--examples={FLAGS.examples}", f"--shards={FLAGS.shards}",
+                f"--batch_size={FLAGS.batch_size}", f"--repeats={FLAGS.repeats}",
+                f"--data_dir={FLAGS.data_dir}"]
+        if cpus and shutil.which("taskset"):
+            args = ["taskset", "-c", cpus, *args]
+        out = subprocess.run(args, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+                             capture_output=True, text=True, check=True).stdout
+        results[label] = json.loads(out.strip().splitlines()[-1])
+    one, full = results.values()
+    rows = []
+    for name, key in (("ceiling", "ceiling"), ("package, streamed", "stream"),
+                      ("package, in memory", "memory"), ("loading into memory", "load")):
+        rows.append(row("cores", f"{name}, 1 core", one[key], one["ceiling"], "ceiling"))
+        rows.append(row("cores", f"{name}, {os.cpu_count()} cores", full[key], one[key],
+                        "1 core"))
+    return rows
+
+
+def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]:
     batch = FLAGS.batch_size
     head = heads.make_head("binary", schema)
     config = config_lib.make_config(env={}, train_data="x", label="label", task="binary",
                                     job_dir="/tmp/unused", hidden_units=HIDDEN)
     strategy = tf.distribute.get_strategy()
 
-    def dataset():
-        return inputs.make_dataset(files, schema, batch_size=batch, training=True, seed=1)
+    def dataset(cache="memory"):
+        return inputs.make_dataset(files, schema, batch_size=batch, training=True, seed=1,
+                                   cache=cache)
 
-    def loop_rate(run_eagerly: bool, n_steps: int) -> float:
+    def loop(run_eagerly: bool, n_steps: int, cache: str):
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, config)
         optimizer = training.make_optimizer(1e-3)
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)
-        iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset()))
+        iterator = iter(strategy.distribute_datasets_from_function(
+            lambda ctx: dataset(cache)))
 
         def run():
             loops.train(iterator, tf.constant(n_steps))
             return n_steps * batch
-        return median_rate(run, FLAGS.repeats)
+        return run
 
-    def fit_rate() -> float:
+    def fit():
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, config)
         model.compile(optimizer=keras.optimizers.Adam(1e-3),
@@ -155,30 +233,40 @@ def training_throughput(files, schema, steps: int) -> list[dict]:
         def run():
             model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
             return steps * batch
-        return median_rate(run, FLAGS.repeats)
+        return run
 
-    compiled = loop_rate(False, steps)
-    eager = loop_rate(True, max(steps // 10, 10))
-    fit = fit_rate()
+    r = interleaved_rates({"memory": loop(False, steps, "memory"),
+                           "stream": loop(False, steps, "stream"),
+                           "eager": loop(True, max(steps // 10, 10), "memory"),
+                           "fit": fit()}, FLAGS.repeats)
     return [
-        row("training", "package loop, compiled (steps_per_loop)", compiled, fit, "fit",
-            "compiled >= 1x fit"),
-        row("training", "package loop, --run_eagerly", eager, compiled, "compiled"),
-        row("training", "Keras model.fit", fit, fit, "fit"),
-        row("training", "compiled / eager", compiled, eager, "eager", ">= 10x"),
+        row("training", "compiled loop, in memory", r["memory"], ceiling, "ceiling",
+            ">= 0.75x ceiling"),
+        row("training", "compiled loop, streamed", r["stream"], ceiling, "ceiling",
+            ">= 0.75x ceiling"),
+        row("training", "compiled loop / Keras model.fit", r["memory"], r["fit"], "fit",
+            ">= 1x fit"),
+        row("training", "Keras model.fit (same data)", r["fit"], ceiling, "ceiling"),
+        row("training", "--run_eagerly", r["eager"], r["memory"], "compiled"),
     ]
 
 
-def task_run(storage, files, extra: list[str], workers: int = 1) -> dict:
+def task_run(storage, files, extra: list[str], workers: int = 1, job: str | None = None,
+             steps: int | None = None) -> dict:
     """Runs `trainer.task` (or a local cluster) and reads its progress lines.
+
+    Args:
+      job: the job folder, kept afterwards (to resume it); default: a new one, removed.
+      steps: --train_steps.
 
     Returns:
       examples/s (median over loops after the first), seconds from start to the first
-      finished loop, and export seconds, from the chief.
+      finished loop, export seconds, from the chief, and the wall time of the run.
     """
-    job = f"{FLAGS.data_dir}/jobs/{time.time_ns()}"
+    keep = job is not None
+    job = job or f"{FLAGS.data_dir}/jobs/{time.time_ns()}"
     glob = files[0].rsplit("/", 1)[0] + "/train-*.tfrecord"
-    steps = 200 if FLAGS.quick else 1500
+    steps = steps or (200 if FLAGS.quick else 1500)
     args = [sys.executable, "-m", "trainer.task", f"--train_data={glob}", "--label=label",
             "--task=binary", f"--job_dir={job}", f"--batch_size={FLAGS.batch_size}",
             f"--train_steps={steps}", "--steps_per_loop=100", "--seed=1",
@@ -207,9 +295,49 @@ def task_run(storage, files, extra: list[str], workers: int = 1) -> dict:
     for p in procs:
         if p.wait(timeout=600):
             raise RuntimeError(f"trainer.task {extra} exited with {p.returncode}")
-    storage.remove_tree(job)
-    return {"rate": statistics.median(rates[1:]), "first_step_s": first_loop,
-            "export_s": export}
+    wall = time.perf_counter() - start
+    if not keep:
+        storage.remove_tree(job)
+    return {"rate": statistics.median(rates[1:] or rates or [0.0]),
+            "first_step_s": first_loop, "export_s": export, "wall_s": wall}
+
+
+def end_to_end(storage, files, ceiling: float) -> list[dict]:
+    """Training jobs as users run them: examples/s from their progress lines, and the
+    wall time of a job resumed after a short and after a long run, against a fresh job
+    of the same number of steps."""
+    steps = 100 if FLAGS.quick else 500
+    epoch_steps = FLAGS.examples // FLAGS.batch_size
+    rows = []
+    for cache in ("auto", "off"):
+        flag = [f"--cache={cache}"]
+        jobs = {"short": f"{FLAGS.data_dir}/jobs/resume-short-{cache}-{time.time_ns()}",
+                "long": f"{FLAGS.data_dir}/jobs/resume-long-{cache}-{time.time_ns()}"}
+        done = {"short": steps, "long": 10 * epoch_steps}  # the long one: 10 epochs
+        for name, job in jobs.items():
+            task_run(storage, files, flag, job=job, steps=done[name])
+        samples = {"fresh": [], "short": [], "long": [], "rate": []}
+        for _ in range(FLAGS.repeats):
+            fresh = task_run(storage, files, flag, steps=steps)
+            samples["fresh"].append(fresh["wall_s"])
+            samples["rate"].append(task_run(storage, files, flag)["rate"])
+            for name, job in jobs.items():
+                done[name] += steps
+                samples[name].append(task_run(storage, files, flag, job=job,
+                                              steps=done[name])["wall_s"])
+        for job in jobs.values():
+            storage.remove_tree(job)
+        m = {k: statistics.median(v) for k, v in samples.items()}
+        mode = "in memory" if cache == "auto" else "streamed"
+        rows.append(row("job", f"trainer.task, {mode} (--cache={cache})", m["rate"],
+                        ceiling, "ceiling"))
+        rows.append(row("resume", f"fresh job, {steps} steps, {mode}", m["fresh"], None, "",
+                        unit="s"))
+        for name, what in (("short", f"after {steps} steps"), ("long", "after 10 epochs")):
+            met = "met" if m[name] <= 1.3 * m["fresh"] + 3 else "MISSED"
+            rows.append(row("resume", f"resumed {what}, {steps} more, {mode}", m[name],
+                            m["fresh"], "fresh", f"<= 1.3x fresh + 3 s: {met}", unit="s"))
+    return rows
 
 
 def strategies(storage, files) -> list[dict]:
@@ -253,11 +381,11 @@ def machine() -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n{'section':<10} {'benchmark':<44} {'value':>14} {'ratio':>16}  target")
+    print(f"\n{'section':<10} {'benchmark':<48} {'value':>14} {'ratio':>16}  target")
     for r in rows:
         value = f"{r['value']:,.2f} s" if r["unit"] == "s" else f"{r['value']:,.0f}/s"
         ratio = f"{r['ratio']:.2f}x {r['baseline']}" if r["ratio"] is not None else ""
-        print(f"{r['section']:<10} {r['name']:<44} {value:>14} {ratio:>16}  {r['target']}")
+        print(f"{r['section']:<10} {r['name']:<48} {value:>14} {ratio:>16}  {r['target']}")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -279,12 +407,22 @@ def main(argv):
     files = dataset_files(storage)
     schema = schema_lib.infer(inputs.sample_records(storage, files, 10_000), "label", "binary")
     n = FLAGS.examples
+    if FLAGS.child_input:  # one machine-readable line for `cores`
+        print(json.dumps(input_rates(files, schema, n, FLAGS.repeats)))
+        return
     print(f"machine: {machine()}\ndata: {n:,} examples in {len(files)} files, "
           f"global batch {FLAGS.batch_size}, medians of {FLAGS.repeats} after a warm-up",
           flush=True)
-    rows = input_pipeline(files, schema, n)
-    rows += training_throughput(files, schema, steps=100 if FLAGS.quick else 500)
-    rows += strategies(storage, files)
+    rows, ceiling = input_pipeline(files, schema, n)
+    print_table(rows)  # as it goes: the whole run takes minutes
+    sections = {"cores": lambda: cores(files),
+                "training": lambda: training_throughput(
+                    files, schema, 100 if FLAGS.quick else 500, ceiling),
+                "job": lambda: end_to_end(storage, files, ceiling),
+                "strategy": lambda: strategies(storage, files)}
+    for name, section in sections.items():
+        if name in FLAGS.sections:
+            rows += section()
     if tf.config.list_physical_devices("GPU"):
         print("GPU found: this benchmark has no GPU section yet (see README, Performance)")
     print_table(rows)

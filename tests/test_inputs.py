@@ -7,6 +7,7 @@ import tensorflow as tf
 from conftest import data_globs
 from test_schema import example
 from trainer import inputs
+from trainer import records
 from trainer import schema as schema_lib
 
 
@@ -51,14 +52,18 @@ def rows(batch):
     return sorted(map(tuple, np.round(batch[0]["scores"].numpy(), 6)))
 
 
-def test_record_shards_together_form_the_single_pipeline_batches(store):
+CACHES = ("memory", "stream")
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_record_shards_together_form_the_single_pipeline_batches(store, cache):
     files, schema = infer(store, data_globs("binary")[0], "binary")
     paths = [store.path(f) for f in files]
-    common = dict(training=True, seed=3, shuffle_buffer=64, shard_by="record")
-    single = list(inputs.make_dataset(paths, schema, batch_size=12, **common).take(5))
+    common = dict(training=True, seed=3, shuffle_buffer=64, shard_by="record", cache=cache)
+    single = list(inputs.make_dataset(paths, schema, batch_size=12, **common).take(50))
     shards = [list(inputs.make_dataset(paths, schema, batch_size=4, num_shards=3,
-                                       shard_index=i, **common).take(5)) for i in range(3)]
-    for step in range(5):
+                                       shard_index=i, **common).take(50)) for i in range(3)]
+    for step in range(50):  # 600 records: past the end of the first epoch (512)
         union = sorted(sum((rows(shards[i][step]) for i in range(3)), []))
         assert union == rows(single[step])
 
@@ -82,16 +87,103 @@ def test_sharding_choice(policy, files, shards, expected):
     assert inputs.choose_sharding(policy, files, shards) == expected
 
 
-def test_seed_makes_order_deterministic(store):
+@pytest.mark.parametrize("cache", CACHES)
+def test_seed_makes_order_deterministic(store, cache):
     files, schema = infer(store, data_globs("binary")[0], "binary")
     paths = [store.path(f) for f in files]
-    first = [rows(b) for b in inputs.make_dataset(paths, schema, batch_size=8, training=True,
-                                                  seed=5).take(3)]
-    again = [rows(b) for b in inputs.make_dataset(paths, schema, batch_size=8, training=True,
-                                                  seed=5).take(3)]
-    other = [rows(b) for b in inputs.make_dataset(paths, schema, batch_size=8, training=True,
-                                                  seed=6).take(3)]
-    assert first == again and first != other
+
+    def order(seed):
+        return [rows(b) for b in inputs.make_dataset(
+            paths, schema, batch_size=8, training=True, seed=seed, cache=cache,
+            shuffle_buffer=100).take(3)]
+
+    assert order(5) == order(5) and order(5) != order(6)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_every_epoch_holds_every_record_once_in_a_new_order(store, cache):
+    files, schema = infer(store, data_globs("binary")[0], "binary")
+    batches = [rows(b) for b in inputs.make_dataset(
+        [store.path(f) for f in files], schema, batch_size=16, training=True, seed=2,
+        cache=cache, shuffle_buffer=100).take(3 * 512 // 16)]
+    epochs = [sum(batches[i * 32:(i + 1) * 32], []) for i in range(3)]
+    assert all(len(set(e)) == 512 for e in epochs) and set(epochs[0]) == set(epochs[2])
+    assert epochs[0] != epochs[1] != epochs[2]
+
+
+@pytest.mark.parametrize("cache, shard_by, shards", [
+    ("memory", "record", 1), ("stream", "record", 1), ("memory", "record", 3),
+    ("stream", "record", 3), ("memory", "file", 2), ("stream", "file", 2)])
+def test_resumed_stream_continues_exactly_where_it_stopped(store, cache, shard_by, shards):
+    """Started at step s, every pipeline yields what it would have yielded after s steps,
+    here 9+ epochs in: a resumed job trains on the records an uninterrupted one would."""
+    files, schema = infer(store, data_globs("binary")[0], "binary")
+    common = dict(batch_size=4, step_size=8, training=True, seed=4, cache=cache,
+                  shuffle_buffer=100, num_shards=shards, shard_by=shard_by)
+    paths = [store.path(f) for f in files]
+    for index in range(shards):
+        for start_step in (1, 37, 600):  # inside the first window, epoch, ninth epoch
+            resumed = inputs.make_dataset(paths, schema, start_step=start_step,
+                                          shard_index=index, **common)
+            full = inputs.make_dataset(paths, schema, shard_index=index, **common)
+            # Two batches (the pipeline's replicas) per step.
+            expected = [rows(b) for b in full.skip(2 * start_step).take(6)]
+            assert [rows(b) for b in resumed.take(6)] == expected
+
+
+def write_sorted_files(store, prefix: str, files: int, per_file: int) -> list[str]:
+    """Files that are each sorted by label (all 0s, then all 1s), as database exports
+    often are; `x` numbers the records."""
+    uris = []
+    for f in range(files):
+        uris.append(write(store, f"{prefix}/part-{f}.tfrecord", [
+            example(x=float(f * per_file + i), label=int(i >= per_file // 2))
+            for i in range(per_file)]))
+    return uris
+
+
+def batch_mix_error(labels: np.ndarray, batch: int) -> float:
+    """Mean absolute difference between each batch's share of label 1 and the overall
+    share: how far consecutive batches are from the data's label mix."""
+    shares = labels[:len(labels) // batch * batch].reshape(-1, batch).mean(axis=1)
+    return float(np.mean(np.abs(shares - labels.mean())))
+
+
+@pytest.mark.parametrize("cache, window, worst", [
+    ("memory", 100, 1.2),    # the default for data that fits: a full shuffle every epoch
+    ("stream", 8000, 1.2),   # a window as large as the data: a full shuffle too
+    ("stream", 200, None)])  # sorted files, small window: documented as not mixing
+def test_sorted_files_mix_like_a_full_shuffle(store, cache, window, worst):
+    """8 files of 1,000 records, each sorted by label. Over two epochs, batches of 50 are
+    compared with a fully shuffled stream of the same labels (the mean over 20 NumPy
+    permutations): the label mix of a batch must be off by at most `worst` times as much
+    as with a full shuffle."""
+    uris = write_sorted_files(store, "gs://test-bucket/sorted", files=8, per_file=1000)
+    schema = schema_lib.Schema(
+        label=schema_lib.Label("label", "int", (0, 1)),
+        features=(schema_lib.Feature("x", "float", "numeric"),))
+    labels = np.concatenate([y.numpy() for _, y in inputs.make_dataset(
+        [store.path(u) for u in uris], schema, batch_size=50, training=True, seed=1,
+        cache=cache, shuffle_buffer=window).take(2 * 8000 // 50)])
+    rng = np.random.default_rng(0)
+    shuffled = np.mean([batch_mix_error(rng.permutation(labels), 50) for _ in range(20)])
+    error = batch_mix_error(labels, 50)
+    if worst is None:
+        # What README says of streamed sorted files: a window holds the same stretch of
+        # each file, so batches stay close to all-0 or all-1.
+        assert error > 5 * shuffled, (error, shuffled)
+    else:
+        assert error <= worst * shuffled, (error, shuffled)
+
+
+@pytest.mark.parametrize("policy, size, expected", [
+    ("auto", 10 * 1024 ** 2, "memory"), ("auto", 3 * 1024 ** 3, "stream"),
+    ("memory", 3 * 1024 ** 3, "memory"), ("off", 1024, "stream")])
+def test_cache_choice_is_logged_with_its_reason(policy, size, expected):
+    mode, why = records.choose_cache(policy, size)
+    assert mode == expected
+    assert "the training files total" in why
+    assert why.startswith("auto:" if policy == "auto" else f"--cache={policy}")
 
 
 def test_bad_record_is_found_and_named(store):

@@ -17,6 +17,9 @@ from trainer import storage
 TASKS = ("regression", "binary", "multiclass")
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker")
 SHARD_POLICIES = ("auto", "file", "record")
+# Where training records come from (trainer.records.choose_cache); here, so that flags
+# are checked before TensorFlow is imported.
+CACHE_POLICIES = ("auto", "memory", "off")
 
 
 class ConfigError(ValueError):
@@ -45,6 +48,7 @@ class Config:
     checkpoint_every_steps: int = 0
     seed: int | None = None
     shuffle_buffer: int = 10_000
+    cache: str = "auto"
     schema_sample_records: int = 10_000
     model_fn: str | None = None
     strategy: str = "auto"
@@ -157,6 +161,7 @@ def validate(config: Config) -> None:
     _one_of("task", config.task, TASKS)
     _one_of("strategy", config.strategy, STRATEGIES)
     _one_of("shard_by", config.shard_by, SHARD_POLICIES)
+    _one_of("cache", config.cache, CACHE_POLICIES)
     for name in ("batch_size", "train_steps", "steps_per_loop", "shuffle_buffer",
                  "schema_sample_records", "cpu_devices"):
         _at_least(name, getattr(config, name), 1)

@@ -1,9 +1,9 @@
 """The input pipeline: TFRecord files of `tf.train.Example` to batches of features.
 
-Reads files in parallel, batches serialized records first and parses whole batches
-(`parse_example` is vectorised, and far faster than per-record parsing), and prefetches.
-Each worker reads its own share of the data (by file or by record) and builds
-per-replica batches, through `strategy.distribute_datasets_from_function`.
+Records move in blocks and are parsed a batch at a time (`parse_example` is vectorised,
+and far faster than per-record parsing); `trainer.records` decides their order. Each
+worker reads its own share of the data (by file or by record) and builds per-replica
+batches, through `strategy.distribute_datasets_from_function`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Iterator
 
 import tensorflow as tf
 
+from trainer import records as records_lib
 from trainer import schema as schema_lib
 from trainer import storage as storage_lib
 
@@ -96,24 +97,29 @@ def parser(schema: schema_lib.Schema):
 def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int,
                  training: bool, seed: int = 0, shuffle_buffer: int = 10_000,
                  num_shards: int = 1, shard_index: int = 0, shard_by: str = "record",
-                 skip_records: int = 0, skip_corrupt: bool = False,
-                 repeat: bool = False) -> tf.data.Dataset:
+                 step_size: int | None = None, start_step: int = 0, cache: str = "stream",
+                 skip_corrupt: bool = False, repeat: bool = False) -> tf.data.Dataset:
     """Builds batches of (features, label) from local or real-GCS TFRecord paths.
 
-    The order is a function of `seed` alone, even with parallel reads: that is what lets
-    a restarted job continue exactly where it stopped, and workers that shard by record
-    see disjoint records.
+    Training order is a function of `seed` alone (see `trainer.records`): that is what
+    lets a restarted job continue exactly where it stopped, and workers that shard by
+    record see disjoint records.
 
     Args:
       files: paths TensorFlow can open (see `Storage.path`).
       schema: features and label to parse.
       batch_size: examples per batch this dataset yields (per replica).
       training: shuffle and repeat forever; evaluation reads each record once, in order.
-      seed: for both shuffles.
+      seed: for the order of training records.
+      shuffle_buffer: stream mode: records permuted together (a window).
       num_shards, shard_index: this input pipeline's share of the data.
-      shard_by: 'file' or 'record'. Sharding by record happens after shuffling, so the
-        k-th records of all shards together form the same global batch as one pipeline.
-      skip_records: records of this shard already trained on (resuming a job).
+      shard_by: 'file' or 'record'. By record, every pipeline makes the same stream of
+        global steps and keeps its slice of each, so the k-th batches of all shards
+        together are the k-th global batch of one pipeline.
+      step_size: training records this pipeline yields per step (all its replicas
+        together); default `batch_size`.
+      start_step: steps already trained (resuming a job); the stream starts after them.
+      cache: 'memory' or 'stream' (`records.choose_cache` decides).
       skip_corrupt: drop what cannot be read instead of failing. A TFRecord file cannot
         be resynchronised after a corrupt record, so the rest of that file is lost.
       repeat: read the data forever even when not training: evaluation over a fixed
@@ -122,42 +128,62 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
     Returns:
       A dataset of (dict of feature tensors, label tensor).
     """
-    ds = tf.data.Dataset.from_tensor_slices(files)
     if shard_by == "file" and num_shards > 1:
-        ds = ds.shard(num_shards, shard_index)
-    if training:
-        ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-
-    def read(path):
-        records = tf.data.TFRecordDataset(path)
-        return records.ignore_errors() if skip_corrupt else records
-
-    ds = ds.interleave(read, cycle_length=min(len(files), 16), num_parallel_calls=AUTOTUNE,
-                       deterministic=True)
-    if training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if training or repeat:
-        ds = ds.repeat()
-    if shard_by == "record" and num_shards > 1:
-        ds = ds.shard(num_shards, shard_index)
-    if skip_records:
-        ds = ds.skip(skip_records)
-    ds = ds.batch(batch_size, drop_remainder=training)
-    ds = ds.map(parser(schema), num_parallel_calls=AUTOTUNE, deterministic=True)
+        files = files[shard_index::num_shards]
+    parse = parser(schema)
     options = tf.data.Options()
-    # Sharding is done above, explicitly; AUTO would re-shard and warn.
+    # Sharding is done here, explicitly; AUTO would re-shard and warn.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    if not training:
+        ds = records_lib.read_blocks(files, skip_corrupt=skip_corrupt)
+        if repeat:
+            ds = ds.repeat()
+        if shard_by == "record" and num_shards > 1:  # per record: evaluation is not hot
+            ds = ds.unbatch().shard(num_shards, shard_index).batch(batch_size)
+        else:
+            ds = ds.rebatch(batch_size)
+        ds = ds.map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+        return ds.with_options(options).prefetch(AUTOTUNE)
+
+    step_size = step_size or batch_size
+    by_record = shard_by == "record" and num_shards > 1
+    stream_step = step_size * num_shards if by_record else step_size
+    start = start_step * stream_step
+    if cache == "memory":
+        data, n = records_lib.load(files, parse, skip_corrupt=skip_corrupt)
+        if not n:
+            raise DataError(f"no training records could be read from {len(files)} file(s)")
+        ds = records_lib.memory_chunks(n, seed=seed, start=start)
+        # The cached tensors are captured by the gather below; tf.data's static
+        # optimisations would serialise them into a graph (10.9 s for 2.8 GB, and a
+        # failure past 2 GB), and the pipeline needs none of them.
+        options.experimental_optimization.apply_default_optimizations = False
+        select = lambda indices: tf.nest.map_structure(  # noqa: E731
+            lambda t: tf.gather(t, indices), data)
+    else:
+        ds = records_lib.stream_chunks(files, parse, seed=seed, window=shuffle_buffer,
+                                       start=start, skip_corrupt=skip_corrupt)
+        select = None  # parsed already
+    ds = ds.rebatch(stream_step, drop_remainder=True)
+    if by_record:
+        ds = ds.map(lambda *batch: tf.nest.map_structure(
+            lambda t: t[shard_index * step_size:(shard_index + 1) * step_size], batch))
+    if step_size != batch_size:
+        ds = ds.rebatch(batch_size, drop_remainder=True)
+    if select:
+        ds = ds.map(select, num_parallel_calls=AUTOTUNE, deterministic=True)
     return ds.with_options(options).prefetch(AUTOTUNE)
 
 
 def distribute(strategy: tf.distribute.Strategy, files: list[str],
                schema: schema_lib.Schema, *, global_batch_size: int, training: bool,
                seed: int, shuffle_buffer: int, shard_by: str, start_step: int = 0,
-               skip_corrupt: bool = False, repeat: bool = False):
+               cache: str = "stream", skip_corrupt: bool = False, repeat: bool = False):
     """Builds the per-replica datasets of every worker for `strategy`.
 
     Args:
       start_step: global steps already trained; each pipeline skips its share of them.
+      cache: 'memory' or 'stream', for training data.
 
     Returns:
       A distributed dataset whose elements are per-replica (features, label) batches.
@@ -171,7 +197,8 @@ def distribute(strategy: tf.distribute.Strategy, files: list[str],
             shuffle_buffer=shuffle_buffer, num_shards=ctx.num_input_pipelines,
             shard_index=ctx.input_pipeline_id,
             shard_by=choose_sharding(shard_by, len(files), ctx.num_input_pipelines),
-            skip_records=start_step * per_step, skip_corrupt=skip_corrupt, repeat=repeat)
+            step_size=per_step, start_step=start_step, cache=cache,
+            skip_corrupt=skip_corrupt, repeat=repeat)
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 

@@ -8,6 +8,7 @@ inner loops.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -27,6 +28,7 @@ from trainer import inputs
 from trainer import model as model_lib
 from trainer import preemption
 from trainer import progress as progress_lib
+from trainer import records
 from trainer import schema as schema_lib
 from trainer import storage as storage_lib
 from trainer import training
@@ -168,11 +170,16 @@ class _Job:
         config, storage = self.config, self.storage
         if step >= config.train_steps:
             return step, {}
-        dataset = inputs.distribute(
-            self.strategy, [storage.path(f) for f in train_files], self.schema,
-            global_batch_size=config.batch_size, training=True, seed=config.effective_seed(),
-            shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by, start_step=step,
-            skip_corrupt=config.skip_corrupt_records)
+        cache, why = records.choose_cache(config.cache,
+                                          sum(storage.size(f) for f in train_files))
+        logging.info("training records from %s (%s)", cache, why)
+        with self._naming_bad_records(train_files):
+            dataset = inputs.distribute(
+                self.strategy, [storage.path(f) for f in train_files], self.schema,
+                global_batch_size=config.batch_size, training=True,
+                seed=config.effective_seed(), shuffle_buffer=config.shuffle_buffer,
+                shard_by=config.shard_by, start_step=step, cache=cache,
+                skip_corrupt=config.skip_corrupt_records)
         iterator = iter(dataset)
         writer = self._summary_writer()
         progress = progress_lib.Progress(config.train_steps, config.batch_size, step)
@@ -184,15 +191,8 @@ class _Job:
                                 *(_until(step, every) for every in
                                   (config.eval_every_steps, config.checkpoint_every_steps)
                                   if every))
-                try:
+                with self._naming_bad_records(train_files):
                     loss = float(self.loops.train(iterator, tf.constant(num_steps)))
-                except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
-                    # TensorFlow's error names neither file nor record: find them. If the
-                    # data is fine, the error is not the user's: let it through as it is.
-                    bad = inputs.find_bad_record(storage, train_files, self.schema)
-                    if bad:
-                        raise inputs.DataError(bad) from None
-                    raise
                 step += num_steps
                 if not tf.math.is_finite(loss):
                     last = self.ckpt.latest_step()
@@ -212,6 +212,19 @@ class _Job:
             self.ckpt.save(step)  # the end, unless the loop just saved it
         writer.flush()
         return step, {"train_loss": loss}
+
+    @contextlib.contextmanager
+    def _naming_bad_records(self, train_files):
+        """Turns a read or parse error of the training data into a DataError naming it."""
+        try:
+            yield
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+            # TensorFlow's error names neither file nor record: find them. If the data
+            # is fine, the error is not the user's: let it through as it is.
+            bad = inputs.find_bad_record(self.storage, train_files, self.schema)
+            if bad:
+                raise inputs.DataError(bad) from None
+            raise
 
     def _stop_if_requested(self, stop: preemption.StopRequest, step: int) -> None:
         # In a cluster, SIGTERM may reach one worker only; all must save together.

@@ -114,6 +114,13 @@ class Storage:
     def exists(self, uri: str) -> bool:
         return tf.io.gfile.exists(self.path(uri))
 
+    def size(self, uri: str) -> int:
+        """Bytes in the file `uri`."""
+        try:
+            return tf.io.gfile.stat(self.path(uri)).length
+        except tf.errors.OpError as e:
+            raise StorageError(f"cannot read {uri!r}: {first_line(e)}") from None
+
     def listdir(self, uri: str) -> list[str]:
         return sorted(n.rstrip("/") for n in tf.io.gfile.listdir(self.path(uri)))
 
