@@ -52,6 +52,8 @@ flags.DEFINE_string("tensorboard", None, "Vertex TensorBoard instance resource n
 flags.DEFINE_string("hptune_config", None, "YAML or JSON study: makes it a tuning job.")
 flags.DEFINE_bool("dry_run", False, "Print the job as JSON; upload and submit nothing.")
 flags.DEFINE_bool("stream", False, "After submitting, log the job's state until it ends.")
+flags.DEFINE_bool("deploy", False, "With --stream: once the job succeeds, register its model "
+                  "with its evaluation, as scripts/deploy.py does.")
 
 
 def load_config(path: str) -> dict:
@@ -69,6 +71,9 @@ def main(argv: list[str]) -> int:
         for name in ("project", "staging_dir", "job_dir"):
             if not FLAGS[name].value:
                 raise jobs.JobError(f"--{name} is required")
+        if FLAGS.deploy and not (FLAGS.stream or FLAGS.dry_run):
+            raise jobs.JobError("--deploy needs --stream: the model exists once the job "
+                                "has succeeded")
         name = FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
         sdist = staging.build_sdist()
         image = FLAGS.executor_image or (jobs.DEFAULT_GPU_IMAGE if FLAGS.accelerator_count
@@ -107,7 +112,28 @@ def main(argv: list[str]) -> int:
         return 2
     print(resource)
     print(submit_lib.console_link(resource, FLAGS.project))
-    return submit_lib.stream(job_client, resource) if FLAGS.stream else 0
+    if not FLAGS.stream:
+        return 0
+    code = submit_lib.stream(job_client, resource)
+    if code or not FLAGS.deploy:
+        return code
+    return register(spec)
+
+
+def register(spec: jobs.JobSpec) -> int:
+    """--deploy: the finished job's model into the Model Registry."""
+    from trainer import storage as storage_lib
+    from vertex import deploy
+    from vertex import exports
+    try:
+        model, evaluation = deploy.register_job_model(
+            spec.project, spec.region, spec.job_dir, spec.display_name, spec.labels,
+            storage_lib.Storage(), deploy.clients(spec.region)[0])
+    except (jobs.JobError, exports.ExportError, storage_lib.StorageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"model: {model}\nevaluation: {evaluation}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ def test_local_run_with_gcs_paths_trains_and_exports(fake_gcs, job_uri, store):
     assert "step 20/40 loss=" in log and "step 40/40 loss=" in log
     assert "examples/s=" in log and "time_left=" in log
     assert "eval at step 20:" in log and "final metrics:" in log
-    assert "strategy _DefaultDistributionStrategy with 1 replica(s)" in log
+    assert "strategy default with 1 replica(s)" in log
     model_dir = f"{job_uri}/model"
     served = predict_in_subprocess(store.path(model_dir),
                                    read_records(store, data_globs("multiclass")[1], 4))
@@ -79,7 +79,7 @@ def test_three_workers_match_one_process(fake_gcs, job_uri, store, tmp_path,
     logs = run_cluster(task_args(fake_gcs, job_uri, **AGREEMENT_FLAGS),
                        [dict(TF_CONFIG=tf_config(cluster, t, i), TMPDIR=str(s))
                         for (t, i), s in zip(tasks, scratch)])
-    assert "with 3 replica(s) in sync" in logs[0]
+    assert "strategy MultiWorkerMirroredStrategy with 3 replica(s) in sync" in logs[0]
     assert "TF_CONFIG names 3 training task(s), this is worker 1" in logs[2]
 
     records = read_records(store, data_globs("binary")[1], 64)

@@ -81,16 +81,30 @@ class Job:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(fake_gcs, store) -> dict[str, np.ndarray]:
-    job = f"gs://{BUCKET}/jobs/uninterrupted"
-    proc = run_task(task_args(fake_gcs, job, **RESUME_FLAGS))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return final_weights(store, f"{job}/checkpoints")
+def uninterrupted_runs(fake_gcs, store):
+    """The final weights of an uninterrupted run, per --cache value (made once each)."""
+    weights = {}
+
+    def get(cache: str = "auto") -> dict[str, np.ndarray]:
+        if cache not in weights:
+            job = f"gs://{BUCKET}/jobs/uninterrupted-{cache}"
+            proc = run_task(task_args(fake_gcs, job, cache=cache, **RESUME_FLAGS))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            weights[cache] = final_weights(store, f"{job}/checkpoints")
+        return weights[cache]
+
+    return get
 
 
+@pytest.fixture
+def uninterrupted(uninterrupted_runs) -> dict[str, np.ndarray]:
+    return uninterrupted_runs("auto")
+
+
+@pytest.mark.parametrize("cache", ["auto", "off"])  # memory (the data fits), streamed
 def test_sigkill_then_restart_ends_with_the_uninterrupted_weights(fake_gcs, job_uri, store,
-                                                                  uninterrupted):
-    args = task_args(fake_gcs, job_uri, **RESUME_FLAGS)
+                                                                  uninterrupted_runs, cache):
+    args = task_args(fake_gcs, job_uri, cache=cache, **RESUME_FLAGS)
     job = Job(args)
     job.wait_for("saved checkpoint at step 200")
     job.kill()
@@ -99,9 +113,10 @@ def test_sigkill_then_restart_ends_with_the_uninterrupted_weights(fake_gcs, job_
     restarted = run_task(args)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     resumed_at = int(restarted.stderr.split("resuming at step ")[1].split()[0])
-    assert 200 <= resumed_at < 600
+    assert 200 <= resumed_at < 600  # 6+ epochs of the 512 records in
     # Same data order from the restored position: no example twice, none skipped.
-    assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"), uninterrupted, 1e-6)
+    assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"),
+                        uninterrupted_runs(cache), 1e-6)
 
 
 def test_sigterm_checkpoints_exits_143_and_resumes(fake_gcs, job_uri, store, uninterrupted):
@@ -123,21 +138,34 @@ def test_sigterm_checkpoints_exits_143_and_resumes(fake_gcs, job_uri, store, uni
     assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"), uninterrupted, 1e-6)
 
 
-def test_sigterm_to_one_worker_stops_the_whole_cluster_at_one_checkpoint(fake_gcs, job_uri,
-                                                                         store):
-    """Vertex may signal one VM only: every task must stop at the same step and save."""
+def two_worker_jobs(args: list[str]) -> list[Job]:
     ports = free_ports(2)
     cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
-    args = task_args(fake_gcs, job_uri, **{**RESUME_FLAGS, "train_steps": 100_000})
-    chief = Job(args, TF_CONFIG=tf_config(cluster, "chief", 0))
-    worker = Job(args, TF_CONFIG=tf_config(cluster, "worker", 0))
+    return [Job(args, TF_CONFIG=tf_config(cluster, "chief", 0)),
+            Job(args, TF_CONFIG=tf_config(cluster, "worker", 0))]
+
+
+def finish_all(jobs: list[Job]) -> list[int]:
+    try:
+        return [j.finish(timeout=120) for j in jobs]
+    finally:
+        for j in jobs:
+            j.kill()
+
+
+def test_sigterm_to_one_worker_stops_the_whole_cluster_and_resumes_exactly(fake_gcs, job_uri,
+                                                                           store):
+    """Vertex may signal one VM only: every task must stop at the same step and save.
+    Restarted, the cluster ends with the weights of an uninterrupted cluster. Streamed
+    (--cache=off) and sharded by file: each worker skips inside its own files."""
+    flags = {**RESUME_FLAGS, "cache": "off", "shard_by": "file"}
+    chief, worker = two_worker_jobs(task_args(fake_gcs, job_uri, **{**flags,
+                                                                     "train_steps": 100_000}))
     try:
         chief.wait_for("step 100/100000")
         worker.proc.send_signal(signal.SIGTERM)
-        codes = [chief.finish(timeout=60), worker.finish(timeout=60)]
     finally:
-        chief.kill()
-        worker.kill()
+        codes = finish_all([chief, worker])
     assert codes == [143, 143], chief.log[-3000:]
     lasts = [j.log.strip().splitlines()[-1] for j in (chief, worker)]
     steps = {int(re.search(r"stopped by SIGTERM at step (\d+)", last)[1]) for last in lasts}
@@ -146,6 +174,16 @@ def test_sigterm_to_one_worker_stops_the_whole_cluster_at_one_checkpoint(fake_gc
     assert f"saved checkpoint at step {step}" in chief.log
     assert tf.train.latest_checkpoint(store.path(f"{job_uri}/checkpoints")).endswith(
         f"ckpt-{step}")
+
+    assert step < 300
+    resumed = two_worker_jobs(task_args(fake_gcs, job_uri, **{**flags, "train_steps": 300}))
+    assert finish_all(resumed) == [0, 0], resumed[0].log[-3000:]
+    assert f"resuming at step {step} of 300" in resumed[1].log
+    straight = two_worker_jobs(task_args(fake_gcs, job_uri + "-straight",
+                                         **{**flags, "train_steps": 300}))
+    assert finish_all(straight) == [0, 0], straight[0].log[-3000:]
+    assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"),
+                        final_weights(store, f"{job_uri}-straight/checkpoints"), 1e-6)
 
 
 def test_killed_worker_stops_the_chief_which_resumes_after_restart(fake_gcs, job_uri, store):
@@ -278,9 +316,11 @@ CASES = [  # (case, flags, environment, expected last line starts with, exit cod
     ("nan loss", dict(learning_rate=1e30, train_steps=200), {},
      "error: loss became nan in the steps up to ", 2),
     ("zero steps", dict(train_steps=0), {}, "error: --train_steps=0: expected an integer >= 1", 2),
-    # absl rejects it before main() runs, with its own two lines and exit code 1.
+    # absl rejects it before main() runs; its message, as one line like every other.
     ("bad task", dict(task="ranking"), {},
-     "FATAL Flags parsing error: flag --task=ranking: value should be one of", 1),
+     "error: flag --task=ranking: value should be one of <regression|binary|multiclass>", 2),
+    ("unknown flag", dict(trian_steps=5), {}, "error: Unknown command line flag 'trian_steps'",
+     2),
     ("replicas", dict(cpu_devices=2, batch_size=33), {},
      "error: --batch_size=33 does not divide evenly across 2 replicas", 2),
     ("tf_config json", {}, dict(TF_CONFIG='{"cluster": {"worker": ["localhost:1"]}'),

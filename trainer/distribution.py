@@ -154,6 +154,10 @@ def decide(requested: str, cluster: Cluster | None, num_gpus: int,
     return Decision("default", f"{requested}: {where}; {local}")
 
 
+PUBLIC_NAMES = {"multi_worker": "MultiWorkerMirroredStrategy", "mirrored": "MirroredStrategy",
+                "one_device": "OneDeviceStrategy", "default": "default"}
+
+
 def create_strategy(requested: str, env: Mapping[str, str],
                     cpu_devices: int = 1) -> tuple[tf.distribute.Strategy, Cluster | None]:
     """Decides and creates the strategy. Call once, before any other TensorFlow op.
@@ -178,7 +182,9 @@ def create_strategy(requested: str, env: Mapping[str, str],
         strategy = tf.distribute.OneDeviceStrategy(decision.devices[0])
     else:
         strategy = tf.distribute.get_strategy()
-    logging.info("strategy %s with %d replica(s) in sync (%s)", type(strategy).__name__,
+    # The public API's names: MultiWorkerMirroredStrategy is implemented by a class named
+    # CollectiveAllReduceStrategy, the default strategy by _DefaultDistributionStrategy.
+    logging.info("strategy %s with %d replica(s) in sync (%s)", PUBLIC_NAMES[decision.kind],
                  strategy.num_replicas_in_sync, decision.reason)
     return strategy, cluster
 

@@ -45,7 +45,12 @@ flags.DEFINE_integer("eval_steps", 0, "Batches per evaluation; 0: all of --eval_
 flags.DEFINE_integer("checkpoint_every_steps", 0, "Checkpoint every N steps; 0: at the end.")
 flags.DEFINE_integer("seed", None, "Seed for initialisation and data order; unset, one is "
                      "derived from --train_data and --checkpoint_dir.")
-flags.DEFINE_integer("shuffle_buffer", 10_000, "Records in the shuffle buffer.")
+flags.DEFINE_integer("shuffle_buffer", 10_000, "Streamed training data: records permuted "
+                     "together (a window).")
+flags.DEFINE_enum("cache", "auto", list(config_lib.CACHE_POLICIES),
+                  "Training records: memory (read and parse once, fully reshuffled every "
+                  "epoch), off (stream from the files), auto (memory when the files total "
+                  "at most 2 GiB).")
 flags.DEFINE_integer("schema_sample_records", 10_000, "Records read to infer the schema.")
 flags.DEFINE_string("model_fn", None, "Custom model builder, 'package.module:function'.")
 flags.DEFINE_enum("strategy", "auto", list(config_lib.STRATEGIES),
@@ -65,7 +70,7 @@ flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
 FIELDS = ("train_data", "eval_data", "label", "task", "schema", "job_dir", "model_dir",
           "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps", "learning_rate",
           "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
-          "checkpoint_every_steps", "seed", "shuffle_buffer", "schema_sample_records",
+          "checkpoint_every_steps", "seed", "shuffle_buffer", "cache", "schema_sample_records",
           "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
           "skip_corrupt_records", "hptune_metric", "fake_gcs_root")
 # Exit codes: Vertex AI restarts a task that exits non-zero.
@@ -108,6 +113,15 @@ def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:
     return code
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's parser, with its errors (unknown flag, bad enum value, missing required
+    flag) as one line and exit code 2 like every other bad flag, not absl's FATAL lines."""
+    try:
+        return F(argv)
+    except flags.Error as e:
+        sys.exit(_fail(str(e)))
+
+
 if __name__ == "__main__":
     flags.mark_flags_as_required(["label", "task"])
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

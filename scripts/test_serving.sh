@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Serving compatibility: exports of this TensorFlow answer Vertex request bodies in
+# TensorFlow 2.15.1 (the runtime of Vertex AI's newest prebuilt prediction images,
+# tf2-cpu.2-15 / tf2-gpu.2-15), in .venv-tf215 (created on first use).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$root/.venv-tf215"
+if [ ! -f "$venv/.installed" ]; then
+  echo "setting up $venv (TensorFlow 2.15.1)" >&2
+  "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet "tensorflow-cpu==2.15.1"
+  touch "$venv/.installed"
+fi
+# Before env.sh, which has variables of its own (venv among them).
+export SERVING_PYTHON="$venv/bin/python"
+source "$root/scripts/env.sh"
+exec python -m pytest tests/serving_compat.py "$@"
