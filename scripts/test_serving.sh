@@ -5,13 +5,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/.venv-tf215"
-if [ ! -f "$venv/.installed" ]; then
-  echo "setting up $venv (TensorFlow 2.15.1)" >&2
-  "${PYTHON:-python3}" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet "tensorflow-cpu==2.15.1"
-  touch "$venv/.installed"
-fi
+source "$root/scripts/make_venv.sh"
+make_venv "$venv" "TensorFlow 2.15.1" "tensorflow-cpu==2.15.1"
 # Before env.sh, which has variables of its own (venv among them).
 export SERVING_PYTHON="$venv/bin/python"
 source "$root/scripts/env.sh"

@@ -213,3 +213,14 @@ def test_corrupt_file_is_named(store):
             r"corrupted record at \d+$")):
         list(inputs.sample_records(store, [files[1], "gs://test-bucket/bad/corrupt.tfrecord"],
                                    10_000))
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_nothing_readable_is_an_error_not_an_endless_stream(store, cache):
+    """Skipping corrupt data can leave no record at all: an endless stream of empty epochs
+    would hang the job, so it stops, saying so."""
+    files, schema = infer(store, data_globs("binary")[0], "binary")
+    store.write_bytes("gs://test-bucket/garbage/part-0.tfrecord", b"not a tfrecord" * 10)
+    with pytest.raises(inputs.DataError, match=r"no training records could be read from 1 "):
+        inputs.make_dataset([store.path("gs://test-bucket/garbage/part-0.tfrecord")], schema,
+                            batch_size=4, training=True, cache=cache, skip_corrupt=True)

@@ -170,8 +170,10 @@ class _Job:
         config, storage = self.config, self.storage
         if step >= config.train_steps:
             return step, {}
-        cache, why = records.choose_cache(config.cache,
-                                          sum(storage.size(f) for f in train_files))
+        size = sum(storage.size(f) for f in train_files)
+        if not size:  # a stream of empty epochs would never end
+            raise inputs.DataError(f"the training files of {config.train_data!r} are empty")
+        cache, why = records.choose_cache(config.cache, size)
         logging.info("training records from %s (%s)", cache, why)
         with self._naming_bad_records(train_files):
             dataset = inputs.distribute(

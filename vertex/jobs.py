@@ -57,7 +57,9 @@ class JobSpec:
         return f"projects/{self.project}/locations/{self.region}"
 
 
-def _machine(spec: JobSpec) -> v1.MachineSpec:
+def machine_spec(spec) -> v1.MachineSpec:
+    """The machine of a JobSpec (or of anything with machine_type, accelerator_type and
+    accelerator_count)."""
     machine = v1.MachineSpec(machine_type=spec.machine_type)
     if spec.accelerator_type:
         machine.accelerator_type = v1.AcceleratorType[spec.accelerator_type]
@@ -70,10 +72,10 @@ def custom_job_spec(spec: JobSpec) -> v1.CustomJobSpec:
     package = v1.PythonPackageSpec(executor_image_uri=spec.executor_image,
                                    package_uris=[spec.package_uri],
                                    python_module="trainer.task", args=list(spec.trainer_args))
-    pools = [v1.WorkerPoolSpec(machine_spec=_machine(spec), replica_count=1,
+    pools = [v1.WorkerPoolSpec(machine_spec=machine_spec(spec), replica_count=1,
                                python_package_spec=package)]
     if spec.workers > 1:
-        pools.append(v1.WorkerPoolSpec(machine_spec=_machine(spec),
+        pools.append(v1.WorkerPoolSpec(machine_spec=machine_spec(spec),
                                        replica_count=spec.workers - 1,
                                        python_package_spec=package))
     if spec.reduction_servers:

@@ -131,19 +131,11 @@ def evaluation(export: exports.Export) -> v1.ModelEvaluation:
         metrics_schema_uri=EVALUATION_SCHEMA[kind], metrics=metrics)
 
 
-def machine(spec: DeploySpec) -> v1.MachineSpec:
-    m = v1.MachineSpec(machine_type=spec.machine_type)
-    if spec.accelerator_type:
-        m.accelerator_type = v1.AcceleratorType[spec.accelerator_type]
-        m.accelerator_count = spec.accelerator_count
-    return m
-
-
 def deployed_model(spec: DeploySpec, model_name: str) -> v1.DeployedModel:
     return v1.DeployedModel(
         model=model_name, display_name=spec.display_name,
         dedicated_resources=v1.DedicatedResources(
-            machine_spec=machine(spec), min_replica_count=spec.min_replicas,
+            machine_spec=jobs.machine_spec(spec), min_replica_count=spec.min_replicas,
             max_replica_count=spec.max_replicas))
 
 
@@ -157,7 +149,7 @@ def batch_prediction_job(spec: DeploySpec, model_name: str) -> v1.BatchPredictio
             predictions_format="jsonl",
             gcs_destination=v1.GcsDestination(output_uri_prefix=spec.batch_output)),
         dedicated_resources=v1.BatchDedicatedResources(
-            machine_spec=machine(spec), starting_replica_count=spec.min_replicas,
+            machine_spec=jobs.machine_spec(spec), starting_replica_count=spec.min_replicas,
             max_replica_count=spec.max_replicas),
         labels=dict(spec.labels))
 
