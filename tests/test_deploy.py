@@ -4,6 +4,7 @@ by the real aiplatform_v1 types."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -79,9 +80,10 @@ def test_upload_request_field_by_field(exported):
 
 
 @pytest.mark.parametrize("task, schema, expected", [
-    ("binary", "classification_metrics_1.0.0.yaml", {"logLoss": "loss"}),
+    ("binary", "classification_metrics_1.0.0.yaml", {"auRoc", "auPrc", "logLoss"}),
     ("regression", "regression_metrics_1.0.0.yaml",
-     {"meanAbsoluteError": "mae", "rootMeanSquaredError": "rmse"}),
+     {"meanAbsoluteError", "rootMeanSquaredError", "rSquared",
+      "meanAbsolutePercentageError"}),  # negative labels: no rootMeanSquaredLogError
 ])
 def test_evaluation_in_vertex_metric_names(store, exported, task, schema, expected):
     export = exports.inspect(store, exported[task])
@@ -89,9 +91,17 @@ def test_evaluation_in_vertex_metric_names(store, exported, task, schema, expect
     assert evaluation.metrics_schema_uri == (
         f"gs://google-cloud-aiplatform/schema/modelevaluation/{schema}")
     metrics = dict(evaluation.metrics)
-    assert set(metrics) == set(expected)
-    for vertex_name, ours in expected.items():
-        assert metrics[vertex_name] == pytest.approx(export.metrics[ours], rel=1e-12)
+    assert set(metrics) == expected
+    for name in expected:
+        assert metrics[name] == pytest.approx(export.metrics[name], rel=1e-12)
+
+
+def test_evaluation_of_an_older_export_renames_its_short_metrics(store, exported):
+    export = exports.inspect(store, exported["regression"])
+    old = dataclasses.replace(export, metrics={"loss": 0.3, "mae": 1.5, "rmse": 2.0,
+                                               "examples": 10, "step": 5})
+    assert dict(models.evaluation(old).metrics) == {"meanAbsoluteError": 1.5,
+                                                    "rootMeanSquaredError": 2.0}
 
 
 class Operation:

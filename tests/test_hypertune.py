@@ -32,5 +32,14 @@ def test_training_loss_stands_in_without_eval_data(tmp_path):
 def test_metric_must_exist_for_the_task(fake_gcs, job_uri):
     with pytest.raises(config_lib.ConfigError,
                        match="--hptune_metric='accuracy': --task=regression reports loss, "
-                             "mae, rmse"):
+                             "meanAbsoluteError, rootMeanSquaredError, rSquared"):
         make_config(fake_gcs, job_uri, task="regression", hptune_metric="accuracy")
+    for task, metric in (("binary", "auRoc"), ("multiclass", "auRoc"), ("binary", "auPrc"),
+                         ("regression", "rSquared"), ("regression", "mae")):
+        assert make_config(fake_gcs, job_uri, task=task, hptune_metric=metric)
+
+
+def test_reported_metrics_are_what_the_tasks_compute():
+    from trainer import metrics
+    for task, names in hypertune.METRICS.items():
+        assert set(names) == set(metrics.REPORTED[task]) - {"examples"}

@@ -59,14 +59,6 @@ def test_head_outputs_classes_as_in_the_data():
     assert binary["probabilities"].shape == (2, 2)
 
 
-def test_metric_sums_add_up_to_metrics():
-    head = heads.Head("regression")
-    sums = head.metric_sums(tf.constant([1.0, 3.0]), tf.constant([[2.0], [1.0]]))
-    metrics = head.metrics({k: float(v) for k, v in sums.items()})
-    assert metrics == pytest.approx({"loss": 2.5, "examples": 2, "mae": 1.5,
-                                     "rmse": 2.5 ** 0.5})
-
-
 def test_custom_model_fn_is_loaded_by_name(fake_gcs, job_uri, monkeypatch):
     module = types.ModuleType("my_models")
 

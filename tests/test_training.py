@@ -77,3 +77,38 @@ def test_progress_line_has_step_loss_rate_and_time_left():
     p.update(200, 0.25)
     assert lines == ["step 100/300 loss=0.5 examples/s=3,200 time_left=0:00:04",
                      "step 200/300 loss=0.25 examples/s=6,400 time_left=0:00:01"]
+
+
+def test_regression_targets_at_any_scale(fake_gcs, store, job_uri):
+    """A price-like target (mean 50,000, std 30,000): the head learns it standardised and
+    the export predicts in its units. With the standardisation undone by a schema of
+    mean 0 and std 1, the same short run is nowhere near."""
+    from test_inputs import write
+    from test_schema import example
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (2000, 2))
+    y = 50_000 + 30_000 * (x[:, 0] - 0.5 * x[:, 1]) + rng.normal(0, 1000, 2000)
+    records = [example(a=float(a), b=float(b), price=float(p)) for (a, b), p in zip(x, y)]
+    write(store, "gs://test-bucket/prices/train.tfrecord", records[:1600])
+    write(store, "gs://test-bucket/prices/eval.tfrecord", records[1600:])
+    flags = dict(train_data="gs://test-bucket/prices/train.tfrecord",
+                 eval_data="gs://test-bucket/prices/eval.tfrecord", label="price",
+                 task="regression", train_steps=300, batch_size=32)
+    _, result = train(fake_gcs, job_uri + "/standardised", tf.distribute.get_strategy(),
+                      **flags)
+    schema = result.schema.to_json()
+    assert schema["label"]["mean"] == pytest.approx(50_000, rel=0.05)
+    assert schema["label"]["std"] == pytest.approx(33_500, rel=0.1)
+    mae = result.metrics["meanAbsoluteError"]
+    assert mae < 0.1 * np.std(y)  # in the label's units
+
+    model_dir = store.path(f"{job_uri}/standardised/model")
+    served = tf.saved_model.load(model_dir).signatures["serving_default"](
+        examples=tf.constant(records[1600:]))["predictions"].numpy()
+    assert np.mean(np.abs(served - y[1600:])) == pytest.approx(mae, rel=1e-3)
+
+    schema["label"].update(mean=0.0, std=1.0)  # standardisation off
+    store.write_json(f"{job_uri}/raw-schema.json", schema)
+    _, raw = train(fake_gcs, job_uri + "/raw", tf.distribute.get_strategy(),
+                   schema=f"{job_uri}/raw-schema.json", **flags)
+    assert raw.metrics["meanAbsoluteError"] > 10 * mae

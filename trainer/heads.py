@@ -1,13 +1,13 @@
 """Task heads: how logits become a loss, metrics, and served predictions.
 
-The model outputs logits; everything that depends on `--task` lives here, so the model
-builder (which users may replace) only has to produce `head.units` logits per example.
+The model outputs logits; everything that depends on `--task` lives here (evaluation
+metrics beside it, in `trainer.metrics`), so the model builder (which users may replace)
+only has to produce `head.units` logits per example.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import tensorflow as tf
 
@@ -19,25 +19,29 @@ class Head:
     task: str
     classes: tuple = ()
     label_dtype: str = "float"
+    # Regression: the head learns (label - label_mean) / label_std, and predicts in
+    # the label's units.
+    label_mean: float = 0.0
+    label_std: float = 1.0
 
     @property
     def units(self) -> int:
         """Logits per example."""
         return len(self.classes) if self.task == "multiclass" else 1
 
-    @property
-    def sum_names(self) -> tuple[str, ...]:
-        """The keys of `metric_sums`."""
-        return ("loss", "count", "abs_error" if self.task == "regression" else "correct")
-
     def loss(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-        """Per-example loss; the caller averages it over the global batch."""
+        """Per-example loss; the caller averages it over the global batch. Regression:
+        the squared error of the standardised target (so in units of label_std**2)."""
         if self.task == "regression":
-            return tf.square(logits[:, 0] - labels)
+            return tf.square(logits[:, 0] - (labels - self.label_mean) / self.label_std)
         if self.task == "binary":
             return tf.nn.sigmoid_cross_entropy_with_logits(
                 labels=tf.cast(labels, tf.float32), logits=logits[:, 0])
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+
+    def predictions(self, logits: tf.Tensor) -> tf.Tensor:
+        """Regression: the prediction in the label's units."""
+        return logits[:, 0] * self.label_std + self.label_mean
 
     def probabilities(self, logits: tf.Tensor) -> tf.Tensor:
         if self.task == "binary":
@@ -51,38 +55,14 @@ class Head:
         Classifiers predict the class as it appears in the data (int or string).
         """
         if self.task == "regression":
-            return {"predictions": logits[:, 0]}
+            return {"predictions": self.predictions(logits)}
         probabilities = self.probabilities(logits)
         classes = tf.constant(self.classes, dtype=schema_lib.DTYPES[self.label_dtype])
         return {"predictions": tf.gather(classes, tf.argmax(probabilities, axis=1)),
                 "probabilities": probabilities}
 
-    def metric_sums(self, labels: tf.Tensor, logits: tf.Tensor) -> dict[str, tf.Tensor]:
-        """Per-batch sums; summed over replicas and batches, `metrics()` finishes them.
-
-        Sums (rather than means) add up exactly across replicas and uneven last batches.
-        """
-        sums = {"loss": tf.reduce_sum(self.loss(labels, logits)),
-                "count": tf.cast(tf.shape(logits)[0], tf.float32)}
-        if self.task == "regression":
-            error = logits[:, 0] - labels
-            sums["abs_error"] = tf.reduce_sum(tf.abs(error))
-        else:
-            predicted = tf.argmax(self.probabilities(logits), axis=1, output_type=tf.int32)
-            sums["correct"] = tf.reduce_sum(
-                tf.cast(tf.equal(predicted, tf.cast(labels, tf.int32)), tf.float32))
-        return sums
-
-    def metrics(self, sums: dict[str, float]) -> dict[str, float]:
-        n = max(sums["count"], 1.0)
-        result = {"loss": sums["loss"] / n, "examples": sums["count"]}
-        if self.task == "regression":
-            result["mae"] = sums["abs_error"] / n
-            result["rmse"] = math.sqrt(sums["loss"] / n)
-        else:
-            result["accuracy"] = sums["correct"] / n
-        return result
-
 
 def make_head(task: str, schema: schema_lib.Schema) -> Head:
-    return Head(task=task, classes=schema.label.classes, label_dtype=schema.label.dtype)
+    label = schema.label
+    return Head(task=task, classes=label.classes, label_dtype=label.dtype,
+                label_mean=label.mean, label_std=label.std)

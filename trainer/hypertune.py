@@ -13,8 +13,13 @@ import time
 from typing import Mapping
 
 DEFAULT_METRIC_FILE = "/tmp/hypertune/output.metrics"
-METRICS = {"regression": ("loss", "mae", "rmse"), "binary": ("loss", "accuracy"),
-           "multiclass": ("loss", "accuracy")}
+# What each task reports (trainer.metrics.REPORTED, less 'examples'; here without
+# importing TensorFlow, so flags are checked first).
+METRICS = {
+    "regression": ("loss", "meanAbsoluteError", "rootMeanSquaredError", "rSquared",
+                   "meanAbsolutePercentageError", "rootMeanSquaredLogError", "mae", "rmse"),
+    "binary": ("loss", "logLoss", "accuracy", "precision", "recall", "f1", "auRoc", "auPrc"),
+    "multiclass": ("loss", "logLoss", "accuracy", "auRoc")}
 
 
 def is_trial(env: Mapping[str, str]) -> bool:

@@ -25,6 +25,7 @@ from trainer import distribution
 from trainer import export
 from trainer import heads
 from trainer import inputs
+from trainer import metrics as metrics_lib
 from trainer import model as model_lib
 from trainer import preemption
 from trainer import progress as progress_lib
@@ -254,7 +255,7 @@ class _Job:
                 sums = loops.evaluate_steps(iter(dataset), tf.constant(config.eval_steps))
             else:
                 sums = loops.evaluate_all(dataset)
-            return loops.head.metrics({k: float(v) for k, v in sums.items()})
+            return metrics_lib.finish(loops.head, {k: v.numpy() for k, v in sums.items()})
 
         return evaluate
 

@@ -59,11 +59,15 @@ class Feature:
 
 @dataclasses.dataclass(frozen=True)
 class Label:
-    """The target. `classes` lists the label values of a classifier in index order."""
+    """The target. `classes` lists the label values of a classifier in index order;
+    a regression target is learnt standardised with `mean` and `std`, which the exported
+    model undoes, so predictions and metrics are in the label's units."""
 
     name: str
     dtype: str
     classes: tuple = ()
+    mean: float = 0.0
+    std: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +79,8 @@ class Schema:
         label = {"name": self.label.name, "dtype": self.label.dtype}
         if self.label.classes:
             label["classes"] = list(self.label.classes)
+        else:
+            label.update(mean=self.label.mean, std=self.label.std)
         features = []
         for f in self.features:
             d = {"name": f.name, "dtype": f.dtype, "kind": f.kind, "size": f.size,
@@ -119,8 +125,15 @@ def from_json(obj: Any, source: str, label: str, task: str) -> Schema:
     lab = obj.get("label") or {}
     if lab.get("name", label) != label:
         raise fail(f"label is {lab.get('name')!r} but --label={label!r}")
+    try:
+        mean, std = float(lab.get("mean", 0.0)), float(lab.get("std", 1.0))
+    except (TypeError, ValueError):
+        raise fail(f"label {label!r}: mean and std must be numbers") from None
+    if not (math.isfinite(mean) and math.isfinite(std) and std > 0):
+        raise fail(f"label {label!r}: mean {mean} and std {std}: expected finite numbers, "
+                   "std > 0")
     label_spec = Label(name=label, dtype=lab.get("dtype", "float"),
-                       classes=tuple(lab.get("classes", ())))
+                       classes=tuple(lab.get("classes", ())), mean=mean, std=std)
     if label_spec.dtype not in DTYPES:
         raise fail(f"label dtype {label_spec.dtype!r}: expected one of {', '.join(DTYPES)}")
     _check_classes(label_spec, task, lambda what: fail(f"label {label!r}: {what}"))
@@ -250,7 +263,12 @@ def _infer_label(name: str, s: _Stats, task: str) -> Label:
     if task == "regression":
         if dtype == "string":
             raise SchemaError(f"label {name!r} is a string; --task=regression needs numbers")
-        return Label(name=name, dtype=dtype)
+        mean = s.total / s.count
+        var = max(s.total_sq / s.count - mean * mean, 0.0)
+        # Targets far from unit scale (prices in the thousands) take an output layer
+        # thousands of steps to reach: the head learns (y - mean) / std instead.
+        return Label(name=name, dtype=dtype, mean=mean,
+                     std=math.sqrt(var) if var > 1e-12 else 1.0)
     if dtype == "float":
         raise SchemaError(f"label {name!r} holds floats; --task={task} needs int or string "
                           "class labels")

@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from trainer import heads
+from trainer import metrics
 
 
 def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: heads.Head,
@@ -69,7 +70,7 @@ def make_optimizer(learning_rate: float) -> keras.optimizers.Optimizer:
 def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, tf.Tensor]:
     """Metric sums for one replica's evaluation batch."""
     features, labels = batch
-    return head.metric_sums(labels, model(features, training=False))
+    return metrics.batch_sums(head, labels, model(features, training=False))
 
 
 class Loops:
@@ -117,7 +118,7 @@ class Loops:
                 for k, v in per_replica.items()}
 
     def _zero_sums(self) -> dict:
-        return {name: tf.constant(0.0) for name in self.head.sum_names}
+        return metrics.zero_sums(self.head)
 
     def _evaluate_steps(self, iterator, num_steps: tf.Tensor) -> dict:
         sums = self._zero_sums()

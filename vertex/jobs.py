@@ -17,6 +17,9 @@ from google.protobuf import duration_pb2
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 DEFAULT_CPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
 DEFAULT_GPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
+# Metrics that are better smaller (errors and losses); the others are better larger.
+MINIMIZED = ("loss", "logLoss", "mae", "rmse", "meanAbsoluteError", "rootMeanSquaredError",
+             "meanAbsolutePercentageError", "rootMeanSquaredLogError")
 GOALS = {"maximize": v1.StudySpec.MetricSpec.GoalType.MAXIMIZE,
          "minimize": v1.StudySpec.MetricSpec.GoalType.MINIMIZE}
 SCALES = {"linear": v1.StudySpec.ParameterSpec.ScaleType.UNIT_LINEAR_SCALE,
@@ -127,7 +130,7 @@ def hptune_job(spec: JobSpec, config: dict, source: str = "--hptune_config"
     metric = config.get("metric")
     if not metric:
         raise fail('no "metric" (the trainer reports loss, accuracy, mae or rmse)')
-    goal = GOALS.get(str(config.get("goal", "minimize" if metric in ("loss", "mae", "rmse")
+    goal = GOALS.get(str(config.get("goal", "minimize" if metric in MINIMIZED
                                      else "maximize")).lower())
     if goal is None:
         raise fail(f'"goal" must be one of {", ".join(GOALS)}')
