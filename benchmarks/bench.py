@@ -228,7 +228,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         model = model_lib.build(schema, head.units, config)
         model.compile(optimizer=keras.optimizers.Adam(1e-3),
                       loss=keras.losses.BinaryCrossentropy(from_logits=True))
-        ds = dataset().map(lambda x, y: (x, tf.cast(y, tf.float32)[:, None]))
+        ds = dataset().map(lambda x, y, w: (x, tf.cast(y, tf.float32)[:, None], w))
 
         def run():
             model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)

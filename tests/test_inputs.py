@@ -31,7 +31,7 @@ def test_missing_features_get_schema_defaults(store):
                   schema_lib.Feature("c", "string", "categorical", vocabulary=("a",))))
     uri = write(store, "gs://test-bucket/missing/a.tfrecord",
                 [example(x=1.0, c="a", label="yes"), example(label="no")])
-    features, labels = next(iter(inputs.make_dataset([store.path(uri)], schema, batch_size=2,
+    features, labels, _ = next(iter(inputs.make_dataset([store.path(uri)], schema, batch_size=2,
                                                      training=False)))
     np.testing.assert_allclose(features["x"].numpy(), [[1.0], [5.0]])
     assert features["c"].numpy().tolist() == [[b"a"], [b""]]
@@ -42,9 +42,10 @@ def test_batches_have_the_requested_shape(store):
     files, schema = infer(store, data_globs("multiclass")[0], "multiclass")
     ds = inputs.make_dataset([store.path(f) for f in files], schema, batch_size=16,
                              training=True, seed=1)
-    features, labels = next(iter(ds))
+    features, labels, weights = next(iter(ds))
     assert features["scores"].shape == (16, 3) and features["age"].shape == (16, 1)
     assert labels.dtype == tf.int32 and set(labels.numpy()) <= {0, 1, 2}
+    assert weights.numpy().tolist() == [1.0] * 16  # no --weight: every record weighs 1
 
 
 def rows(batch):
@@ -162,7 +163,7 @@ def test_sorted_files_mix_like_a_full_shuffle(store, cache, window, worst):
     schema = schema_lib.Schema(
         label=schema_lib.Label("label", "int", (0, 1)),
         features=(schema_lib.Feature("x", "float", "numeric"),))
-    labels = np.concatenate([y.numpy() for _, y in inputs.make_dataset(
+    labels = np.concatenate([y.numpy() for _, y, _ in inputs.make_dataset(
         [store.path(u) for u in uris], schema, batch_size=50, training=True, seed=1,
         cache=cache, shuffle_buffer=window).take(2 * 8000 // 50)])
     rng = np.random.default_rng(0)

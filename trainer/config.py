@@ -37,6 +37,7 @@ class Config:
     checkpoint_dir: str
     tensorboard_dir: str
     eval_data: str | None = None
+    weight: str | None = None
     schema: str | None = None
     batch_size: int = 64
     train_steps: int = 1000
@@ -158,6 +159,9 @@ def validate(config: Config) -> None:
     """
     if not config.label:
         raise ConfigError("--label is not set: expected the name of the target feature")
+    if config.weight and config.weight == config.label:
+        raise ConfigError(f"--weight={config.weight!r} is the label; expected another, "
+                          "numeric feature")
     _one_of("task", config.task, TASKS)
     _one_of("strategy", config.strategy, STRATEGIES)
     _one_of("shard_by", config.shard_by, SHARD_POLICIES)

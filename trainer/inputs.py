@@ -72,7 +72,8 @@ def choose_sharding(policy: str, num_files: int, num_shards: int) -> str:
 
 
 def parser(schema: schema_lib.Schema):
-    """Returns a function from a batch of serialized Examples to (features, label).
+    """Returns a function from a batch of serialized Examples to (features, label,
+    weight); the weight is 1 without --weight, and where a record lacks it.
 
     Non-finite feature or label values fail the batch with a message naming the feature:
     one NaN would otherwise turn every weight into NaN a few steps later.
@@ -89,7 +90,15 @@ def parser(schema: schema_lib.Schema):
             parsed[name] = tf.debugging.check_numerics(
                 parsed[name], f"feature {name!r} has a non-finite value")
         label = parsed.pop(schema.label.name)
-        return parsed, encode_label(label)
+        if not schema.weight:
+            return parsed, encode_label(label), tf.ones(tf.shape(label), tf.float32)
+        name = schema.weight.name
+        weight = tf.debugging.check_numerics(tf.cast(parsed.pop(name), tf.float32),
+                                             f"weight {name!r} has a non-finite value")
+        check = tf.debugging.assert_non_negative(
+            weight, message=f"weight {name!r} has a negative value")
+        with tf.control_dependencies([check]):
+            return parsed, encode_label(label), tf.identity(weight)
 
     return parse
 
@@ -126,7 +135,7 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
         number of batches repeats, so it never runs out.
 
     Returns:
-      A dataset of (dict of feature tensors, label tensor).
+      A dataset of (dict of feature tensors, label tensor, weight tensor).
     """
     if shard_by == "file" and num_shards > 1:
         files = files[shard_index::num_shards]

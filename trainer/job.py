@@ -64,7 +64,7 @@ def load_schema(config: config_lib.Config, storage: storage_lib.Storage,
     """
     if config.schema:
         schema = schema_lib.from_json(storage.read_json(config.schema), config.schema,
-                                      config.label, config.task)
+                                      config.label, config.task, config.weight)
         # The first records only: the start of a job must not read a whole file.
         bad = None if config.skip_corrupt_records else inputs.find_bad_record(
             storage, files[:1], schema, limit=config.schema_sample_records)
@@ -73,7 +73,7 @@ def load_schema(config: config_lib.Config, storage: storage_lib.Storage,
         return schema
     records = inputs.sample_records(storage, files, config.schema_sample_records,
                                     config.skip_corrupt_records)
-    schema = schema_lib.infer(records, config.label, config.task)
+    schema = schema_lib.infer(records, config.label, config.task, config.weight)
     logging.info("inferred schema from up to %d records: %d features, label %r%s",
                  config.schema_sample_records, len(schema.features), schema.label.name,
                  f" with classes {list(schema.label.classes)[:10]}" if schema.label.classes else "")

@@ -37,23 +37,29 @@ def zero_sums(head: heads.Head) -> dict[str, tf.Tensor]:
     return batch_sums(head, labels, tf.zeros([0, head.units]))
 
 
-def batch_sums(head: heads.Head, labels: tf.Tensor, logits: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Sums over one batch; add them up over batches and replicas, then `finish`."""
-    sums = {"loss": tf.reduce_sum(head.loss(labels, logits)),
-            "count": tf.cast(tf.shape(logits)[0], tf.float32)}
+def batch_sums(head: heads.Head, labels: tf.Tensor, logits: tf.Tensor,
+               weights: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+    """Sums over one batch; add them up over batches and replicas, then `finish`.
+
+    Every sum counts a record `weights` times (1 by default): a weight of 2 counts as
+    the record twice, in every metric."""
+    w = tf.ones_like(logits[:, 0]) if weights is None else tf.cast(weights, tf.float32)
+    sums = {"loss": tf.reduce_sum(w * head.loss(labels, logits)),
+            "count": tf.cast(tf.shape(logits)[0], tf.float32),
+            "weight": tf.reduce_sum(w)}
     if head.task == "regression":
-        sums.update(_regression_sums(head.predictions(logits), labels))
+        sums.update(_regression_sums(head.predictions(logits), labels, w))
         return sums
     probabilities = head.probabilities(logits)
     labels = tf.cast(labels, tf.int32)
     predicted = tf.argmax(probabilities, axis=1, output_type=tf.int32)
     hit = tf.cast(tf.equal(predicted, labels), tf.float32)
-    sums["correct"] = tf.reduce_sum(hit)
+    sums["correct"] = tf.reduce_sum(w * hit)
     if head.task == "binary":
         positive, said_positive = tf.cast(labels, tf.float32), tf.cast(predicted, tf.float32)
-        sums["true_positives"] = tf.reduce_sum(positive * said_positive)
-        sums["false_positives"] = tf.reduce_sum((1 - positive) * said_positive)
-        sums["false_negatives"] = tf.reduce_sum(positive * (1 - said_positive))
+        sums["true_positives"] = tf.reduce_sum(w * positive * said_positive)
+        sums["false_positives"] = tf.reduce_sum(w * (1 - positive) * said_positive)
+        sums["false_negatives"] = tf.reduce_sum(w * positive * (1 - said_positive))
         probabilities = probabilities[:, 1:]  # the positive class alone
         one_hot = positive[:, None]
     else:
@@ -62,28 +68,30 @@ def batch_sums(head: heads.Head, labels: tf.Tensor, logits: tf.Tensor) -> dict[s
     bins = tf.clip_by_value(tf.cast(probabilities * BINS, tf.int32), 0, BINS - 1)
     index = tf.reshape(bins + tf.range(tf.shape(bins)[1])[None, :] * BINS, [-1])
     size = int(one_hot.shape[1]) * BINS
-    sums["positives"] = tf.math.unsorted_segment_sum(tf.reshape(one_hot, [-1]), index, size)
-    sums["negatives"] = tf.math.unsorted_segment_sum(tf.reshape(1 - one_hot, [-1]), index,
-                                                     size)
+    sums["positives"] = tf.math.unsorted_segment_sum(
+        tf.reshape(w[:, None] * one_hot, [-1]), index, size)
+    sums["negatives"] = tf.math.unsorted_segment_sum(
+        tf.reshape(w[:, None] * (1 - one_hot), [-1]), index, size)
     return sums
 
 
-def _regression_sums(predictions: tf.Tensor, labels: tf.Tensor) -> dict[str, tf.Tensor]:
+def _regression_sums(predictions: tf.Tensor, labels: tf.Tensor,
+                     w: tf.Tensor) -> dict[str, tf.Tensor]:
     error = predictions - labels
     nonzero = tf.not_equal(labels, 0.0)
     both_non_negative = (labels >= 0.0) & (predictions >= 0.0)
     log_error = tf.math.log1p(tf.maximum(predictions, 0.0)) - tf.math.log1p(
         tf.maximum(labels, 0.0))
     return {
-        "abs_error": tf.reduce_sum(tf.abs(error)),
-        "squared_error": tf.reduce_sum(tf.square(error)),
-        "label_sum": tf.reduce_sum(labels),
-        "label_squares": tf.reduce_sum(tf.square(labels)),
-        "relative_error": tf.reduce_sum(tf.where(
+        "abs_error": tf.reduce_sum(w * tf.abs(error)),
+        "squared_error": tf.reduce_sum(w * tf.square(error)),
+        "label_sum": tf.reduce_sum(w * labels),
+        "label_squares": tf.reduce_sum(w * tf.square(labels)),
+        "relative_error": tf.reduce_sum(w * tf.where(
             nonzero, tf.abs(error) / tf.where(nonzero, tf.abs(labels), 1.0), 0.0)),
         "zero_labels": tf.reduce_sum(tf.cast(~nonzero, tf.float32)),
-        "squared_log_error": tf.reduce_sum(tf.where(both_non_negative,
-                                                    tf.square(log_error), 0.0)),
+        "squared_log_error": tf.reduce_sum(w * tf.where(both_non_negative,
+                                                        tf.square(log_error), 0.0)),
         "negatives": tf.reduce_sum(tf.cast(~both_non_negative, tf.float32)),
     }
 
@@ -92,7 +100,7 @@ def finish(head: heads.Head, sums: dict) -> dict[str, float]:
     """Metrics from summed `batch_sums`. A metric that is undefined for the data (an AUC
     without positives, a percentage error with zero labels) is left out."""
     sums = {k: np.asarray(v, dtype=np.float64) for k, v in sums.items()}
-    n = max(float(sums["count"]), 1.0)
+    n = float(sums["weight"]) or 1.0  # the weighted number of examples
     out = {"loss": float(sums["loss"]) / n, "examples": float(sums["count"])}
     if head.task == "regression":
         out.update(_regression_metrics(sums, n))

@@ -71,9 +71,19 @@ class Label:
 
 
 @dataclasses.dataclass(frozen=True)
+class Weight:
+    """The feature that weights each record's loss and metrics (--weight); not a model
+    input. A record without it weighs 1."""
+
+    name: str
+    dtype: str = "float"
+
+
+@dataclasses.dataclass(frozen=True)
 class Schema:
     label: Label
     features: tuple[Feature, ...]
+    weight: Weight | None = None
 
     def to_json(self) -> dict:
         label = {"name": self.label.name, "dtype": self.label.dtype}
@@ -90,7 +100,10 @@ class Schema:
             else:
                 d["vocabulary"] = list(f.vocabulary)
             features.append(d)
-        return {"label": label, "features": features}
+        out = {"label": label, "features": features}
+        if self.weight:
+            out["weight"] = {"name": self.weight.name, "dtype": self.weight.dtype}
+        return out
 
     def parse_spec(self, with_label: bool) -> dict[str, tf.io.FixedLenFeature]:
         """The `tf.io.parse_example` spec; absent features take their default."""
@@ -102,10 +115,14 @@ class Schema:
         if with_label:
             # No default: a record without its label is an error, not a zero.
             spec[self.label.name] = tf.io.FixedLenFeature([], DTYPES[self.label.dtype])
+            if self.weight:
+                spec[self.weight.name] = tf.io.FixedLenFeature(
+                    [], DTYPES[self.weight.dtype], default_value=1)
         return spec
 
 
-def from_json(obj: Any, source: str, label: str, task: str) -> Schema:
+def from_json(obj: Any, source: str, label: str, task: str,
+              weight: str | None = None) -> Schema:
     """Reads and checks a schema given as JSON.
 
     Args:
@@ -113,6 +130,7 @@ def from_json(obj: Any, source: str, label: str, task: str) -> Schema:
       source: where it came from, for error messages.
       label: the --label flag; must match the schema's label.
       task: the --task flag; decides whether classes are needed.
+      weight: the --weight flag, if any.
 
     Raises:
       SchemaError: naming `source` and the entry at fault.
@@ -160,9 +178,18 @@ def from_json(obj: Any, source: str, label: str, task: str) -> Schema:
             default=f.get("default")))
     if label in {f.name for f in features}:
         raise fail(f"label {label!r} is also listed as a feature")
+    if weight in {f.name for f in features}:
+        raise fail(f"weight {weight!r} is also listed as a feature; a weight is no model "
+                   "input: remove it from the features")
     if not features:
         raise fail("no features")
-    return Schema(label=label_spec, features=tuple(features))
+    weight_spec = None
+    if weight:
+        given = obj.get("weight") or {}
+        weight_spec = Weight(name=weight, dtype=given.get("dtype", "float"))
+        if weight_spec.dtype not in ("float", "int"):
+            raise fail(f"weight {weight!r}: dtype {weight_spec.dtype!r}, expected float or int")
+    return Schema(label=label_spec, features=tuple(features), weight=weight_spec)
 
 
 class _Stats:
@@ -198,7 +225,8 @@ class _Stats:
             self.values.update(values)
 
 
-def infer(records: Iterable[tuple[str, bytes]], label: str, task: str) -> Schema:
+def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
+          weight: str | None = None) -> Schema:
     """Infers a schema from serialized `tf.train.Example`s.
 
     Numeric features get mean and standard deviation for normalisation; string features
@@ -209,6 +237,7 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str) -> Schema
       records: (where, serialized Example) pairs; `where` names the record in errors.
       label: name of the target feature.
       task: regression, binary or multiclass.
+      weight: the --weight feature, if any: numeric, one value, not a model input.
 
     Raises:
       SchemaError: naming the record and feature at fault.
@@ -235,6 +264,16 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str) -> Schema
 
     label_stats = stats.pop(label)
     label_spec = _infer_label(label, label_stats, task)
+    weight_spec = None
+    if weight:
+        if weight not in stats:
+            raise SchemaError(f"weight {weight!r} is not a feature of the sampled records "
+                              f"(features: {', '.join(sorted(stats)) or 'none'})")
+        w = stats.pop(weight)
+        if w.kind == "bytes_list" or w.size != 1:
+            raise SchemaError(f"weight {weight!r} must be one number per record, not "
+                              f"{w.size} {'strings' if w.kind == 'bytes_list' else 'values'}")
+        weight_spec = Weight(name=weight, dtype="int" if w.kind == "int64_list" else "float")
     features = []
     for name in sorted(stats):
         s = stats[name]
@@ -253,7 +292,7 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str) -> Schema
                 kind="numeric", size=s.size, mean=mean, std=std))
     if not features:
         raise SchemaError(f"the sampled records have no features besides the label {label!r}")
-    return Schema(label=label_spec, features=tuple(features))
+    return Schema(label=label_spec, features=tuple(features), weight=weight_spec)
 
 
 def _infer_label(name: str, s: _Stats, task: str) -> Label:

@@ -26,6 +26,8 @@ flags.DEFINE_string("train_data", None, "Glob of training TFRecord files (gs:// 
 flags.DEFINE_string("eval_data", None, "Glob of evaluation TFRecord files. "
                     "Default: $AIP_VALIDATION_DATA_URI; none: no evaluation.")
 flags.DEFINE_string("label", None, "Name of the target feature.")
+flags.DEFINE_string("weight", None, "Numeric feature that weights each record's loss and "
+                    "metrics (not a model input); a record without it weighs 1.")
 flags.DEFINE_enum("task", None, list(config_lib.TASKS), "What the label is.")
 flags.DEFINE_string("schema", None, "JSON feature schema; inferred from the data if unset.")
 flags.DEFINE_string("job_dir", None, "Base output folder: model/, checkpoints/, logs/ below it.")
@@ -67,7 +69,7 @@ flags.DEFINE_string("hptune_metric", "loss", "Final evaluation metric reported t
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
                     "DIR/BUCKET/PATH: run the cloud command line locally.")
 
-FIELDS = ("train_data", "eval_data", "label", "task", "schema", "job_dir", "model_dir",
+FIELDS = ("train_data", "eval_data", "label", "weight", "task", "schema", "job_dir", "model_dir",
           "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps", "learning_rate",
           "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
           "checkpoint_every_steps", "seed", "shuffle_buffer", "cache", "schema_sample_records",
@@ -82,8 +84,10 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         return _fail(f"unexpected arguments {argv[1:]}: every option is a --flag")
     absl_logging.set_verbosity(absl_logging.INFO)
-    # TensorFlow's own INFO lines (saver, signatures) would bury the progress lines.
+    # TensorFlow's and Keras' own INFO lines (saver, signatures, fingerprints) would bury
+    # the progress lines; they log through the 'tensorflow' logger and through absl's.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    absl_logging.get_absl_handler().addFilter(_not_library_info)
     # Under --run_eagerly TF warns on every step that eager strategies are slow; once is
     # enough, and the config line says so.
     logging.getLogger("tensorflow").addFilter(
@@ -106,6 +110,11 @@ def main(argv: list[str]) -> int:
     except preemption.Preempted as e:
         return _fail(str(e), preemption.EXIT_CODE)
     return 0
+
+
+def _not_library_info(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or not any(
+        part in record.pathname for part in ("/tensorflow/", "/keras/"))
 
 
 def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:

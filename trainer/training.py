@@ -22,17 +22,18 @@ def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: 
                batch: tuple, global_batch_size: int) -> tf.Tensor:
     """One optimisation step on one replica's share of the global batch.
 
-    The loss is summed over this replica's examples and divided by the *global* batch
-    size; the gradients are then summed over replicas. Together that is the gradient of
+    The loss is summed over this replica's examples (each times its weight, 1 without
+    --weight) and divided by the *global* batch size; the gradients are then summed over
+    replicas. Together that is the gradient of
     the mean loss over the global batch, whatever the number of replicas.
 
     Returns:
       This replica's share of the global mean loss.
     """
-    features, labels = batch
+    features, labels, weights = batch
     with tf.GradientTape() as tape:
         logits = model(features, training=True)
-        loss = tf.nn.compute_average_loss(head.loss(labels, logits),
+        loss = tf.nn.compute_average_loss(head.loss(labels, logits), sample_weight=weights,
                                           global_batch_size=global_batch_size)
     grads = tape.gradient(loss, model.trainable_variables)
     # Embedding gradients come as IndexedSlices whose length differs between replicas;
@@ -69,8 +70,8 @@ def make_optimizer(learning_rate: float) -> keras.optimizers.Optimizer:
 
 def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, tf.Tensor]:
     """Metric sums for one replica's evaluation batch."""
-    features, labels = batch
-    return metrics.batch_sums(head, labels, model(features, training=False))
+    features, labels, weights = batch
+    return metrics.batch_sums(head, labels, model(features, training=False), weights)
 
 
 class Loops:
