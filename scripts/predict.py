@@ -67,19 +67,28 @@ def vertex_body(records: list[bytes]) -> dict:
 
 def raw_body(records: list[bytes], model_dir: str, model) -> dict:
     """rawPredict of the `predict` signature: each instance the named raw features; a
-    feature a record lacks gets the training default from the export's schema.json."""
+    feature a record lacks gets the training default from the export's schema.json, and
+    a variable-length one is cut or padded to its size (with "" or -1 for categories,
+    NaN for numbers, which TF Serving's JSON accepts)."""
     spec = model.signatures["predict"].structured_input_signature[1]
     with tf.io.gfile.GFile(f"{model_dir.rstrip('/')}/schema.json") as f:
-        defaults = {feat["name"]: feat["default"] for feat in json.load(f)["features"]}
+        schema = {feat["name"]: feat for feat in json.load(f)["features"]}
     instances = []
     for record in records:
         features = tf.train.Example.FromString(record).features.feature
         instance = {}
         for name, tensor_spec in spec.items():
             kind = features[name].WhichOneof("kind") if name in features else None
-            values = list(getattr(features[name], kind).value) if kind else []
+            values = [_jsonable(v) for v in getattr(features[name], kind).value] if kind \
+                else []
             size = tensor_spec.shape[1] if tensor_spec.shape.rank == 2 else 1
-            values = [_jsonable(v) for v in values] or [defaults[name]] * size
+            feature = schema[name]
+            if feature.get("varlen"):
+                pad = (float("nan") if feature["kind"] == "numeric" else
+                       "" if feature["dtype"] == "string" else -1)
+                instance[name] = (values + [pad] * size)[:size]
+                continue
+            values = values or [feature["default"]] * size
             instance[name] = values if tensor_spec.shape.rank == 2 else values[0]
         instances.append(instance)
     return {"signature_name": "predict", "instances": instances}

@@ -8,8 +8,10 @@ from trainer.sample_data import _feature
 
 
 def example(**features) -> bytes:
+    """A serialized Example; a value [] is an empty float_list (a list with no values)."""
     return tf.train.Example(features=tf.train.Features(feature={
-        k: _feature(v if isinstance(v, list) else [v]) for k, v in features.items()
+        k: (tf.train.Feature(float_list=tf.train.FloatList()) if v == [] else
+            _feature(v if isinstance(v, list) else [v])) for k, v in features.items()
     })).SerializeToString()
 
 
@@ -52,8 +54,6 @@ def test_json_round_trip():
 @pytest.mark.parametrize("examples, label, task, fragment", [
     ([example(x=1.0, label=1), example(x="s", label=0)], "label", "binary",
      "f.tfrecord record 1: feature 'x' is a bytes_list, earlier records have a float_list"),
-    ([example(v=[1.0], label=1), example(v=[1.0, 2.0], label=0)], "label", "binary",
-     "f.tfrecord record 1: feature 'v' has 2 values"),
     ([example(x=float("nan"), label=1)], "label", "binary", "feature 'x' has a non-finite"),
     ([example(x=1.0, y=1)], "label", "binary", "label 'label' is not a feature"),
     ([example(x=1.0, label=i) for i in range(3)], "label", "binary",
@@ -96,3 +96,26 @@ def test_bad_schema_file_is_named(obj, fragment):
     with pytest.raises(schema_lib.SchemaError) as e:
         schema_lib.from_json(obj, "gs://b/schema.json", "label", "binary")
     assert str(e.value).startswith("schema gs://b/schema.json: ") and fragment in str(e.value)
+
+
+def test_variable_length_features_are_inferred():
+    """Lists whose length varies (an empty one meaning missing) become variable-length
+    features, kept up to the longest sampled list."""
+    schema = schema_lib.infer(records(
+        example(tags=["a", "b"], readings=[1.0, 2.0, 3.0], n=[1, 2], label=1),
+        example(tags=["b"], readings=[5.0], n=[3, 4], label=0),
+        example(tags=[], readings=[], label=1),
+    ), "label", "binary")
+    f = {feat.name: feat for feat in schema.features}
+    assert (f["tags"].varlen, f["tags"].size, f["tags"].kind) == (True, 2, "categorical")
+    assert f["tags"].vocabulary == ("b", "a")
+    assert (f["readings"].varlen, f["readings"].size) == (True, 3)
+    assert f["readings"].mean == pytest.approx(11 / 4)  # over values, not records
+    assert not f["n"].varlen and f["n"].size == 2  # fixed length, missing once
+    spec = schema.parse_spec(with_label=False)
+    assert isinstance(spec["tags"], tf.io.RaggedFeature)
+    written = schema.to_json()
+    tags = next(d for d in written["features"] if d["name"] == "tags")
+    assert tags["varlen"] is True and "default" not in tags
+    again = schema_lib.from_json(written, "s.json", "label", "binary")
+    assert again.to_json() == written

@@ -21,9 +21,11 @@ from trainer import schema as schema_lib
 
 
 def feature_signature(schema: schema_lib.Schema) -> dict[str, tf.TensorSpec]:
-    """Input specs of the `predict` signature: [batch] for scalars, else [batch, size]."""
-    return {f.name: tf.TensorSpec([None] if f.size == 1 else [None, f.size],
-                                  schema_lib.DTYPES[f.dtype], name=f.name)
+    """Input specs of the `predict` signature: [batch] for scalars, else [batch, size];
+    a variable-length feature padded to its size with `Feature.pad_value` (JSON
+    instances cannot be ragged)."""
+    return {f.name: tf.TensorSpec([None] if f.size == 1 and not f.varlen else [None, f.size],
+                                  f.parsed_dtype, name=f.name)
             for f in schema.features}
 
 

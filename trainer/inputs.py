@@ -29,7 +29,19 @@ def parse_features(serialized: tf.Tensor, schema: schema_lib.Schema) -> dict[str
     It uses the schema's parse spec, as `parser` does for training, so the served model
     sees its inputs exactly as training did, defaults for missing values included.
     """
-    return tf.io.parse_example(serialized, schema.parse_spec(with_label=False))
+    return densify(tf.io.parse_example(serialized, schema.parse_spec(with_label=False)),
+                   schema)
+
+
+def densify(parsed: dict, schema: schema_lib.Schema) -> dict:
+    """Variable-length features, parsed ragged, as dense [batch, size] tensors: their
+    values, cut to `size`, then the feature's pad value (`Feature.pad_value`)."""
+    for f in schema.features:
+        if f.varlen:
+            values = tf.cast(parsed[f.name], f.parsed_dtype)
+            parsed[f.name] = values.to_tensor(default_value=f.pad_value(),
+                                              shape=[None, f.size])
+    return parsed
 
 
 def label_encoder(schema: schema_lib.Schema):
@@ -87,8 +99,15 @@ def parser(schema: schema_lib.Schema):
     def parse(serialized: tf.Tensor):
         parsed = tf.io.parse_example(serialized, spec)
         for name in checked:
-            parsed[name] = tf.debugging.check_numerics(
-                parsed[name], f"feature {name!r} has a non-finite value")
+            values = parsed[name]
+            if isinstance(values, tf.RaggedTensor):  # before NaN pads it
+                values = values.with_flat_values(tf.debugging.check_numerics(
+                    values.flat_values, f"feature {name!r} has a non-finite value"))
+            else:
+                values = tf.debugging.check_numerics(
+                    values, f"feature {name!r} has a non-finite value")
+            parsed[name] = values
+        parsed = densify(parsed, schema)
         label = parsed.pop(schema.label.name)
         if not schema.weight:
             return parsed, encode_label(label), tf.ones(tf.shape(label), tf.float32)

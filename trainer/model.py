@@ -29,8 +29,46 @@ ONE_HOT_MAX = 16
 
 def feature_inputs(schema: schema_lib.Schema) -> dict[str, keras.KerasTensor]:
     """One `keras.Input` per feature, shaped [batch, size] with the parsed dtype."""
-    return {f.name: keras.Input(shape=(f.size,), dtype=schema_lib.DTYPES[f.dtype], name=f.name)
+    return {f.name: keras.Input(shape=(f.size,), dtype=f.parsed_dtype, name=f.name)
             for f in schema.features}
+
+
+class VarLenSummary(keras.layers.Layer):
+    """A variable-length numeric feature ([batch, size], NaN after its values) as four
+    numbers: the mean, min and max of its standardised values (0 when it has none) and
+    log(1 + how many values it has)."""
+
+    def __init__(self, mean: float, std: float, **kwargs):
+        super().__init__(**kwargs)
+        self.mean, self.std = mean, std
+
+    def call(self, x):
+        present = keras.ops.logical_not(keras.ops.isnan(x))
+        z = (keras.ops.where(present, x, self.mean) - self.mean) / self.std
+        count = keras.ops.sum(keras.ops.cast(present, "float32"), axis=1, keepdims=True)
+        any_value = count > 0
+        big = 3.0e38
+        mean = keras.ops.sum(keras.ops.where(present, z, 0.0), axis=1, keepdims=True) / \
+            keras.ops.maximum(count, 1.0)
+        low = keras.ops.min(keras.ops.where(present, z, big), axis=1, keepdims=True)
+        high = keras.ops.max(keras.ops.where(present, z, -big), axis=1, keepdims=True)
+        return keras.ops.concatenate([
+            mean, keras.ops.where(any_value, low, 0.0), keras.ops.where(any_value, high, 0.0),
+            keras.ops.log1p(count)], axis=1)
+
+
+class BagMean(keras.layers.Layer):
+    """The mean embedding of a bag of ids ([batch, size, dim]), leaving out `pad_id`;
+    zeros for an empty bag."""
+
+    def __init__(self, pad_id: int, **kwargs):
+        super().__init__(**kwargs)
+        self.pad_id = pad_id
+
+    def call(self, ids, embedded):
+        keep = keras.ops.cast(keras.ops.not_equal(ids, self.pad_id), embedded.dtype)
+        total = keras.ops.sum(embedded * keep[:, :, None], axis=1)
+        return total / keras.ops.maximum(keras.ops.sum(keep, axis=1, keepdims=True), 1.0)
 
 
 def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
@@ -38,11 +76,15 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
 
     Numeric features are standardised with the schema's mean and std; categorical ones
     are looked up in their vocabulary (slot 0: unseen values, slot 1: missing) and
-    one-hot encoded or embedded.
+    one-hot encoded or embedded. Variable-length features: numbers are summarised
+    (`VarLenSummary`), categoricals become a bag (multi-hot, or the mean embedding).
     """
     parts = []
     for f in schema.features:
         x = inputs[f.name]
+        if f.kind == "numeric" and f.varlen:
+            parts.append(VarLenSummary(f.mean, f.std, name=f"{f.name}_summary")(x))
+            continue
         if f.kind == "numeric":
             # Per-value lists, not scalars: Keras 3.4 (in Vertex's TF 2.17 images) fails
             # on scalar statistics.
@@ -67,8 +109,10 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
                 name=f"{f.name}_onehot")(ids)
         else:
             dim = min(32, max(4, round(4 * math.sqrt(math.sqrt(slots)))))
-            encoded = keras.layers.Flatten(name=f"{f.name}_flat")(
-                keras.layers.Embedding(slots, dim, name=f"{f.name}_embedding")(ids))
+            embedded = keras.layers.Embedding(slots, dim, name=f"{f.name}_embedding")(ids)
+            # Padding looks up as the missing token, slot 1 (after the OOV slot 0).
+            encoded = (BagMean(1, name=f"{f.name}_bag")(ids, embedded) if f.varlen else
+                       keras.layers.Flatten(name=f"{f.name}_flat")(embedded))
         parts.append(encoded)
     return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
 

@@ -28,6 +28,8 @@ KINDS = ("numeric", "categorical")
 # so a missing value is learnt separately from an unseen one.
 MISSING = ""
 MAX_VOCABULARY = 1000
+# Values kept of a variable-length feature: the longest list sampled, at most this.
+MAX_VARLEN = 64
 MAX_CLASSES = 1000
 
 
@@ -37,7 +39,8 @@ class SchemaError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Feature:
-    """One input feature: a fixed-length list of `size` values of `dtype`."""
+    """One input feature: a list of `size` values of `dtype`, or, `varlen`, of 0 to
+    `size` values (longer lists are cut to `size`; an empty list means missing)."""
 
     name: str
     dtype: str
@@ -47,6 +50,22 @@ class Feature:
     std: float = 1.0
     vocabulary: tuple = ()
     default: Any = None
+    varlen: bool = False
+
+    def pad_value(self) -> Any:
+        """What fills a variable-length feature's dense [batch, size] tensor after its
+        values: the missing token for categoricals, NaN for numbers (as float32)."""
+        if self.kind == "categorical":
+            return MISSING if self.dtype == "string" else -1
+        return float("nan")
+
+    @property
+    def parsed_dtype(self) -> tf.DType:
+        """The dtype the model receives: variable-length numbers come as float32 (NaN
+        pads them), everything else as stored."""
+        if self.varlen and self.kind == "numeric":
+            return tf.float32
+        return DTYPES[self.dtype]
 
     def default_value(self) -> Any:
         """What a record without this feature gets: the mean, or the missing token."""
@@ -93,8 +112,11 @@ class Schema:
             label.update(mean=self.label.mean, std=self.label.std)
         features = []
         for f in self.features:
-            d = {"name": f.name, "dtype": f.dtype, "kind": f.kind, "size": f.size,
-                 "default": f.default_value()}
+            d = {"name": f.name, "dtype": f.dtype, "kind": f.kind, "size": f.size}
+            if f.varlen:
+                d["varlen"] = True
+            else:
+                d["default"] = f.default_value()
             if f.kind == "numeric":
                 d.update(mean=f.mean, std=f.std)
             else:
@@ -105,11 +127,13 @@ class Schema:
             out["weight"] = {"name": self.weight.name, "dtype": self.weight.dtype}
         return out
 
-    def parse_spec(self, with_label: bool) -> dict[str, tf.io.FixedLenFeature]:
-        """The `tf.io.parse_example` spec; absent features take their default."""
+    def parse_spec(self, with_label: bool) -> dict:
+        """The `tf.io.parse_example` spec; absent features take their default, and
+        variable-length ones parse as ragged tensors (`densify` pads them)."""
         spec = {
-            f.name: tf.io.FixedLenFeature([f.size], DTYPES[f.dtype],
-                                          default_value=[f.default_value()] * f.size)
+            f.name: tf.io.RaggedFeature(DTYPES[f.dtype]) if f.varlen else
+            tf.io.FixedLenFeature([f.size], DTYPES[f.dtype],
+                                  default_value=[f.default_value()] * f.size)
             for f in self.features
         }
         if with_label:
@@ -169,13 +193,16 @@ def from_json(obj: Any, source: str, label: str, task: str,
         size = f.get("size", 1)
         if not isinstance(size, int) or size < 1:
             raise fail(f"feature {name!r}: size {size!r}, expected a positive integer")
+        varlen = f.get("varlen", False)
+        if not isinstance(varlen, bool):
+            raise fail(f"feature {name!r}: varlen {varlen!r}, expected true or false")
         std = float(f.get("std", 1.0))
         if kind == "categorical" and not f.get("vocabulary"):
             raise fail(f"feature {name!r}: categorical features need a non-empty vocabulary")
         features.append(Feature(
             name=name, dtype=dtype, kind=kind, size=size, mean=float(f.get("mean", 0.0)),
             std=std if std > 0 else 1.0, vocabulary=tuple(f.get("vocabulary", ())),
-            default=f.get("default")))
+            default=None if varlen else f.get("default"), varlen=varlen))
     if label in {f.name for f in features}:
         raise fail(f"label {label!r} is also listed as a feature")
     if weight in {f.name for f in features}:
@@ -199,6 +226,8 @@ class _Stats:
         self.kind = None  # the tf.train.Feature oneof name: float_list, int64_list, bytes_list
         self.size = None
         self.count = 0
+        self.values_seen = 0
+        self.varlen = False
         self.total = 0.0
         self.total_sq = 0.0
         self.values = collections.Counter()
@@ -210,9 +239,10 @@ class _Stats:
             raise SchemaError(f"{where}: feature {name!r} is a {kind}, "
                               f"earlier records have a {self.kind}")
         elif len(values) != self.size:
-            raise SchemaError(f"{where}: feature {name!r} has {len(values)} values, earlier "
-                              f"records have {self.size}; only fixed-length features are supported")
+            self.varlen = True  # a list of tags, of readings: of any length
+            self.size = max(self.size, len(values))
         self.count += 1
+        self.values_seen += len(values)
         if kind == "bytes_list":
             self.values.update(v.decode("utf-8", "replace") for v in values)
             return
@@ -281,15 +311,17 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
             vocab = [v for v, _ in sorted(s.values.items(), key=lambda kv: (-kv[1], kv[0]))
                      if v != MISSING][:MAX_VOCABULARY]
             features.append(Feature(name=name, dtype="string", kind="categorical",
-                                    size=s.size, vocabulary=tuple(vocab)))
+                                    size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
+                                    vocabulary=tuple(vocab), varlen=s.varlen))
         else:
-            n = s.count * s.size
+            n = s.values_seen
             mean = s.total / n
             var = max(s.total_sq / n - mean * mean, 0.0)
             std = math.sqrt(var) if var > 1e-12 else 1.0
             features.append(Feature(
                 name=name, dtype="int" if s.kind == "int64_list" else "float",
-                kind="numeric", size=s.size, mean=mean, std=std))
+                kind="numeric", size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
+                mean=mean, std=std, varlen=s.varlen))
     if not features:
         raise SchemaError(f"the sampled records have no features besides the label {label!r}")
     return Schema(label=label_spec, features=tuple(features), weight=weight_spec)

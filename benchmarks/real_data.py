@@ -1,0 +1,141 @@
+"""The trainer's defaults on real public tabular datasets, against gradient boosting.
+
+    .venv/bin/pip install -e '.[bench]'     # scikit-learn and statsmodels, for this only
+    .venv/bin/python -m benchmarks.real_data
+
+Each dataset ships inside a package (scikit-learn's bundled diabetes, breast cancer and
+wine; statsmodels' bundled engel, fair and randhie): nothing is downloaded. Each is split
+80/20 once (seed 0), written as TFRecords, and trained on with `trainer.task` given only
+--label and --task (every other flag at its default, and the variants below), and with
+scikit-learn's HistGradientBoosting at its defaults on the same split. Prints one table
+and writes it to benchmarks/results/real_data.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data_dir", ".local/real-data", "Where the TFRecords are written.")
+flags.DEFINE_string("output", "benchmarks/results/real_data.json", "JSON results.")
+flags.DEFINE_list("variants", ["", "--learning_rate=3e-3", "--hidden_units=128,64",
+                               "--train_steps=3000"],
+                  "Flag sets tried besides the defaults ('' = the defaults alone).")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def datasets() -> dict:
+    """name -> (task, feature DataFrame, label Series)."""
+    import pandas as pd
+    import statsmodels.api as sm
+    from sklearn import datasets as sk
+
+    out = {}
+    for name, task, loader in (("diabetes", "regression", sk.load_diabetes),
+                               ("breast_cancer", "binary", sk.load_breast_cancer),
+                               ("wine", "multiclass", sk.load_wine)):
+        frame = loader(as_frame=True).frame
+        out[name] = (task, frame.drop(columns="target"), frame["target"])
+    engel = sm.datasets.engel.load_pandas().data
+    out["engel"] = ("regression", engel[["income"]], engel["foodexp"])
+    fair = sm.datasets.fair.load_pandas().data
+    out["fair"] = ("binary", fair.drop(columns="affairs"),
+                   (fair["affairs"] > 0).astype(int))
+    randhie = sm.datasets.randhie.load_pandas().data
+    out["randhie"] = ("regression", randhie.drop(columns="mdvis"), randhie["mdvis"])
+    for name, (task, x, y) in out.items():
+        out[name] = (task, x.astype("float64"), pd.Series(np.asarray(y)))
+    return out
+
+
+def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.ndarray]:
+    import tensorflow as tf
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(y))
+    cut = int(0.8 * len(y))
+    paths = []
+    for part, rows in (("train", order[:cut]), ("eval", order[cut:])):
+        path = os.path.join(FLAGS.data_dir, name, f"{part}.tfrecord")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with tf.io.TFRecordWriter(path) as w:
+            for i in rows:
+                feature = {c.replace(" ", "_"): tf.train.Feature(
+                    float_list=tf.train.FloatList(value=[float(x.iloc[i][c])]))
+                    for c in x.columns}
+                label = y.iloc[i]
+                feature["target"] = tf.train.Feature(
+                    float_list=tf.train.FloatList(value=[float(label)])) if task == \
+                    "regression" else tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[int(label)]))
+                w.write(tf.train.Example(features=tf.train.Features(
+                    feature=feature)).SerializeToString())
+        paths.append(path)
+    return paths[0], paths[1], order[:cut], order[cut:]
+
+
+def trainer_metrics(name: str, task: str, train: str, evaluation: str, extra: str) -> dict:
+    job = os.path.join(FLAGS.data_dir, "jobs", f"{name}-{time.time_ns()}")
+    args = [sys.executable, "-m", "trainer.task", f"--train_data={train}",
+            f"--eval_data={evaluation}", "--label=target", f"--task={task}",
+            f"--job_dir={job}", *([extra] if extra else [])]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    if proc.returncode:
+        raise RuntimeError(f"{name} {extra}: {proc.stderr[-2000:]}")
+    with open(os.path.join(job, "model", "metrics.json")) as f:
+        return json.load(f)
+
+
+def boosting_metrics(task: str, x, y, train_rows, eval_rows) -> dict:
+    from sklearn import ensemble, metrics
+    xt, yt, xe, ye = x.iloc[train_rows], y.iloc[train_rows], x.iloc[eval_rows], y.iloc[eval_rows]
+    if task == "regression":
+        p = ensemble.HistGradientBoostingRegressor(random_state=0).fit(xt, yt).predict(xe)
+        return {"meanAbsoluteError": metrics.mean_absolute_error(ye, p),
+                "rootMeanSquaredError": metrics.mean_squared_error(ye, p) ** 0.5}
+    model = ensemble.HistGradientBoostingClassifier(random_state=0).fit(xt, yt)
+    p = model.predict_proba(xe)
+    out = {"accuracy": metrics.accuracy_score(ye, p.argmax(1)),
+           "logLoss": metrics.log_loss(ye, p, labels=model.classes_)}
+    if task == "binary":
+        out["auRoc"] = metrics.roc_auc_score(ye, p[:, 1])
+    return out
+
+
+KEYS = {"regression": ("meanAbsoluteError", "rootMeanSquaredError"),
+        "binary": ("auRoc", "accuracy", "logLoss"), "multiclass": ("accuracy", "logLoss")}
+
+
+def main(argv):
+    del argv
+    rows = []
+    for name, (task, x, y) in datasets().items():
+        train, evaluation, train_rows, eval_rows = write_split(name, x, y, task)
+        boost = boosting_metrics(task, x, y, train_rows, eval_rows)
+        for extra in FLAGS.variants:
+            ours = trainer_metrics(name, task, train, evaluation, extra)
+            row = {"dataset": name, "task": task, "rows": len(y), "flags": extra or "defaults"}
+            for key in KEYS[task]:
+                row[key] = ours[key]
+                row[f"boosting {key}"] = boost[key]
+                row[f"{key} ratio"] = ours[key] / boost[key]
+            rows.append(row)
+            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row.items()), flush=True)
+    os.makedirs(os.path.dirname(FLAGS.output), exist_ok=True)
+    with open(FLAGS.output, "w") as f:
+        json.dump(rows, f, indent=2)
+    print(f"written to {FLAGS.output}")
+
+
+if __name__ == "__main__":
+    app.run(main)
