@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import make_config
+from trainer import config as config_lib
 from trainer import heads
 from trainer import model as model_lib
 from trainer import schema as schema_lib
@@ -98,3 +99,15 @@ def test_model_with_wrong_outputs_is_rejected(fake_gcs, job_uri, monkeypatch):
     monkeypatch.setitem(sys.modules, "bad_models", module)
     with pytest.raises(model_lib.ModelFnError, match=r"expected \(batch, 1\) logits"):
         model_lib.build(SCHEMA, 1, make_config(fake_gcs, job_uri, model_fn="bad_models:wide"))
+
+
+def test_feature_names_keras_would_refuse_still_build_and_serve():
+    schema = schema_lib.Schema(
+        label=schema_lib.Label("label", "int", (0, 1)),
+        features=(schema_lib.Feature("od280/od315 of wine", "float", "numeric"),
+                  schema_lib.Feature("kind/of", "string", "categorical", vocabulary=("a",))))
+    config = config_lib.make_config(env={}, train_data="x", label="label", task="binary",
+                                    job_dir="/tmp/unused")
+    model = model_lib.build(schema, 1, config)
+    out = model({"od280/od315 of wine": tf.constant([[1.0]]), "kind/of": tf.constant([["a"]])})
+    assert out.shape == (1, 1)

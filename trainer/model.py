@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from typing import Callable
 
 import keras
@@ -29,8 +30,14 @@ ONE_HOT_MAX = 16
 
 def feature_inputs(schema: schema_lib.Schema) -> dict[str, keras.KerasTensor]:
     """One `keras.Input` per feature, shaped [batch, size] with the parsed dtype."""
-    return {f.name: keras.Input(shape=(f.size,), dtype=f.parsed_dtype, name=f.name)
+    return {f.name: keras.Input(shape=(f.size,), dtype=f.parsed_dtype, name=layer_name(f.name))
             for f in schema.features}
+
+
+def layer_name(feature: str) -> str:
+    """A Keras name for a feature's layers: feature names may hold any character (e.g.
+    'od280/od315' in scikit-learn's wine data), Keras names may not hold '/'."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", feature)
 
 
 class VarLenSummary(keras.layers.Layer):
@@ -81,38 +88,38 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
     """
     parts = []
     for f in schema.features:
-        x = inputs[f.name]
+        x, name = inputs[f.name], layer_name(f.name)
         if f.kind == "numeric" and f.varlen:
-            parts.append(VarLenSummary(f.mean, f.std, name=f"{f.name}_summary")(x))
+            parts.append(VarLenSummary(f.mean, f.std, name=f"{name}_summary")(x))
             continue
         if f.kind == "numeric":
             # Per-value lists, not scalars: Keras 3.4 (in Vertex's TF 2.17 images) fails
             # on scalar statistics.
             x = keras.layers.Normalization(mean=[f.mean] * f.size,
                                            variance=[f.std ** 2] * f.size,
-                                           name=f"{f.name}_norm")(keras.ops.cast(x, "float32"))
+                                           name=f"{name}_norm")(keras.ops.cast(x, "float32"))
             parts.append(x)
             continue
         vocabulary = [f.default_value()] + [v for v in f.vocabulary if v != f.default_value()]
         if f.dtype == "string":
-            lookup = keras.layers.StringLookup(vocabulary=vocabulary, name=f"{f.name}_lookup")
+            lookup = keras.layers.StringLookup(vocabulary=vocabulary, name=f"{name}_lookup")
         else:
             # The OOV token must not be a vocabulary entry (Keras' default, -1, is our
             # missing value), or lookups silently shift.
             lookup = keras.layers.IntegerLookup(
-                vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=f"{f.name}_lookup")
+                vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=f"{name}_lookup")
         ids = lookup(x)
         slots = len(vocabulary) + 1
         if slots <= ONE_HOT_MAX:
             encoded = keras.layers.CategoryEncoding(
                 num_tokens=slots, output_mode="one_hot" if f.size == 1 else "multi_hot",
-                name=f"{f.name}_onehot")(ids)
+                name=f"{name}_onehot")(ids)
         else:
             dim = min(32, max(4, round(4 * math.sqrt(math.sqrt(slots)))))
-            embedded = keras.layers.Embedding(slots, dim, name=f"{f.name}_embedding")(ids)
+            embedded = keras.layers.Embedding(slots, dim, name=f"{name}_embedding")(ids)
             # Padding looks up as the missing token, slot 1 (after the OOV slot 0).
-            encoded = (BagMean(1, name=f"{f.name}_bag")(ids, embedded) if f.varlen else
-                       keras.layers.Flatten(name=f"{f.name}_flat")(embedded))
+            encoded = (BagMean(1, name=f"{name}_bag")(ids, embedded) if f.varlen else
+                       keras.layers.Flatten(name=f"{name}_flat")(embedded))
         parts.append(encoded)
     return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
 
