@@ -19,8 +19,18 @@ import re
 import uuid
 from typing import Any
 
-import tensorflow as tf
 
+class _TensorFlowOnFirstUse:
+    """`tensorflow`, imported when a file is first touched, not with this module:
+    config.py checks flags with the path helpers below before TensorFlow starts, so a
+    bad flag costs no TensorFlow import (seconds, and C++ start-up lines before the error)."""
+
+    def __getattr__(self, name: str):
+        import tensorflow
+        return getattr(tensorflow, name)
+
+
+tf = _TensorFlowOnFirstUse()
 GCS_SCHEME = "gs://"
 
 
