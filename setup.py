@@ -23,6 +23,6 @@ setup(
         "submit": ["google-cloud-storage>=2.10", "google-cloud-aiplatform>=1.38", "pyyaml>=6"],
         "dev": ["pytest>=7", "gcp-storage-emulator>=2024.8"],
         # benchmarks/real_data.py only: public datasets bundled in these packages
-        "bench": ["scikit-learn>=1.3", "statsmodels>=0.14"],
+        "bench": ["scikit-learn>=1.4", "statsmodels>=0.14", "plotnine>=0.12"],
     },
 )

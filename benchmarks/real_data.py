@@ -1,14 +1,17 @@
 """The trainer's defaults on real public tabular datasets, against gradient boosting.
 
-    .venv/bin/pip install -e '.[bench]'     # scikit-learn and statsmodels, for this only
+    .venv/bin/pip install -e '.[bench]'     # scikit-learn, statsmodels, plotnine: for this only
     .venv/bin/python -m benchmarks.real_data
 
 Each dataset ships inside a package (scikit-learn's bundled diabetes, breast cancer and
-wine; statsmodels' bundled engel, fair and randhie): nothing is downloaded. Each is split
-80/20 once (seed 0), written as TFRecords, and trained on with `trainer.task` given only
---label and --task (every other flag at its default, and the variants below), and with
-scikit-learn's HistGradientBoosting at its defaults on the same split. Our figures are
-medians over --seeds. Prints one line per dataset and flag set, and writes them to
+wine; statsmodels' bundled engel, fair and randhie; plotnine's bundled diamonds,
+txhousing and penguins, which have string categoricals and missing values): nothing is
+downloaded. Each is split 80/20 once (seed 0), written as TFRecords (strings as
+bytes_list, a missing value as an absent feature), and trained on with `trainer.task`
+given only --label and --task (every other flag at its default, and the variants below),
+and with scikit-learn's HistGradientBoosting at its defaults on the same split (strings
+as its native categoricals, missing values as NaN). Our figures are medians over --seeds.
+Prints one line per dataset and flag set, and writes them to
 benchmarks/results/real_data.json.
 """
 
@@ -27,9 +30,11 @@ from absl import flags
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", ".local/real-data", "Where the TFRecords are written.")
 flags.DEFINE_string("output", "benchmarks/results/real_data.json", "JSON results.")
-flags.DEFINE_list("variants", ["", "--learning_rate=3e-3", "--hidden_units=128,64",
-                               "--train_steps=3000"],
-                  "Flag sets tried besides the defaults ('' = the defaults alone).")
+flags.DEFINE_multi_string("variant", ["", "--train_steps=1000", "--learning_rate=3e-3",
+                                      "--hidden_units=128,64"],
+                          "Flags tried besides the defaults, one set per --variant; '' is "
+                          "the defaults alone; several flags in one set: space-separated.")
+flags.DEFINE_list("datasets", [], "Datasets to run (default: all).")
 flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds per flag set; the table has medians "
                   "(small datasets vary by several percent from seed to seed).")
 
@@ -37,7 +42,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def datasets() -> dict:
-    """name -> (task, feature DataFrame, label Series)."""
+    """name -> (task, feature DataFrame, label Series). String columns stay strings (the
+    trainer makes them categorical), numbers become float64, missing values NaN."""
+    import importlib.util
+
     import pandas as pd
     import statsmodels.api as sm
     from sklearn import datasets as sk
@@ -55,9 +63,34 @@ def datasets() -> dict:
                    (fair["affairs"] > 0).astype(int))
     randhie = sm.datasets.randhie.load_pandas().data
     out["randhie"] = ("regression", randhie.drop(columns="mdvis"), randhie["mdvis"])
+    # plotnine's CSVs, read without importing plotnine (and matplotlib with it).
+    folder = os.path.join(importlib.util.find_spec("plotnine").submodule_search_locations[0],
+                          "data")
+    diamonds = pd.read_csv(os.path.join(folder, "diamonds.csv"))
+    out["diamonds"] = ("regression", diamonds.drop(columns="price"), diamonds["price"])
+    # Monthly home sales of Texas cities; volume is sales x price, date is year + month.
+    tx = pd.read_csv(os.path.join(folder, "txhousing.csv")).dropna(subset=["median"])
+    out["txhousing"] = ("regression", tx.drop(columns=["median", "volume", "date"]),
+                        tx["median"])
+    penguins = pd.read_csv(os.path.join(folder, "penguins.csv"))
+    out["penguins"] = ("multiclass", penguins.drop(columns="species"), penguins["species"])
     for name, (task, x, y) in out.items():
-        out[name] = (task, x.astype("float64"), pd.Series(np.asarray(y)))
+        x = x.reset_index(drop=True)
+        strings = [c for c in x.columns if not pd.api.types.is_numeric_dtype(x[c])]
+        x = x.astype({c: "category" if c in strings else "float64" for c in x.columns})
+        out[name] = (task, x, pd.Series(np.asarray(y)))
     return out
+
+
+def _feature(value) -> "tf.train.Feature | None":
+    """A pandas value as a tf.train.Feature; None for a missing one (left out)."""
+    import pandas as pd
+    import tensorflow as tf
+    if pd.isna(value):
+        return None
+    if isinstance(value, str):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
+    return tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
 
 
 def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.ndarray]:
@@ -65,20 +98,24 @@ def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.nd
     rng = np.random.default_rng(0)
     order = rng.permutation(len(y))
     cut = int(0.8 * len(y))
+    columns = {c: c.replace(" ", "_") for c in x.columns}
+    rows_as_dicts = x.astype(object).to_dict("records")
     paths = []
     for part, rows in (("train", order[:cut]), ("eval", order[cut:])):
         path = os.path.join(FLAGS.data_dir, name, f"{part}.tfrecord")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with tf.io.TFRecordWriter(path) as w:
             for i in rows:
-                feature = {c.replace(" ", "_"): tf.train.Feature(
-                    float_list=tf.train.FloatList(value=[float(x.iloc[i][c])]))
-                    for c in x.columns}
+                feature = {columns[c]: f for c, v in rows_as_dicts[i].items()
+                           if (f := _feature(v)) is not None}
                 label = y.iloc[i]
-                feature["target"] = tf.train.Feature(
-                    float_list=tf.train.FloatList(value=[float(label)])) if task == \
-                    "regression" else tf.train.Feature(
-                    int64_list=tf.train.Int64List(value=[int(label)]))
+                if task == "regression":
+                    feature["target"] = _feature(float(label))
+                elif isinstance(label, str):
+                    feature["target"] = _feature(label)
+                else:
+                    feature["target"] = tf.train.Feature(
+                        int64_list=tf.train.Int64List(value=[int(label)]))
                 w.write(tf.train.Example(features=tf.train.Features(
                     feature=feature)).SerializeToString())
         paths.append(path)
@@ -90,7 +127,7 @@ def trainer_metrics(name: str, task: str, train: str, evaluation: str, extra: st
     job = os.path.join(FLAGS.data_dir, "jobs", f"{name}-{time.time_ns()}")
     args = [sys.executable, "-m", "trainer.task", f"--train_data={train}",
             f"--eval_data={evaluation}", "--label=target", f"--task={task}",
-            f"--job_dir={job}", f"--seed={seed}", *([extra] if extra else [])]
+            f"--job_dir={job}", f"--seed={seed}", *extra.split()]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})
     if proc.returncode:
@@ -103,12 +140,14 @@ def boosting_metrics(task: str, x, y, train_rows, eval_rows) -> dict:
     from sklearn import ensemble, metrics
     xt, yt, xe, ye = x.iloc[train_rows], y.iloc[train_rows], x.iloc[eval_rows], y.iloc[eval_rows]
     if task == "regression":
-        p = ensemble.HistGradientBoostingRegressor(random_state=0).fit(xt, yt).predict(xe)
+        p = ensemble.HistGradientBoostingRegressor(
+            random_state=0, categorical_features="from_dtype").fit(xt, yt).predict(xe)
         return {"meanAbsoluteError": metrics.mean_absolute_error(ye, p),
                 "rootMeanSquaredError": metrics.mean_squared_error(ye, p) ** 0.5}
-    model = ensemble.HistGradientBoostingClassifier(random_state=0).fit(xt, yt)
+    model = ensemble.HistGradientBoostingClassifier(
+        random_state=0, categorical_features="from_dtype").fit(xt, yt)
     p = model.predict_proba(xe)
-    out = {"accuracy": metrics.accuracy_score(ye, p.argmax(1)),
+    out = {"accuracy": metrics.accuracy_score(ye, model.classes_[p.argmax(1)]),
            "logLoss": metrics.log_loss(ye, p, labels=model.classes_)}
     if task == "binary":
         out["auRoc"] = metrics.roc_auc_score(ye, p[:, 1])
@@ -123,9 +162,11 @@ def main(argv):
     del argv
     rows = []
     for name, (task, x, y) in datasets().items():
+        if FLAGS.datasets and name not in FLAGS.datasets:
+            continue
         train, evaluation, train_rows, eval_rows = write_split(name, x, y, task)
         boost = boosting_metrics(task, x, y, train_rows, eval_rows)
-        for extra in FLAGS.variants:
+        for extra in FLAGS.variant:
             runs = [trainer_metrics(name, task, train, evaluation, extra, seed)
                     for seed in FLAGS.seeds]
             ours = {key: float(np.median([r[key] for r in runs])) for key in KEYS[task]}

@@ -225,3 +225,13 @@ def test_nothing_readable_is_an_error_not_an_endless_stream(store, cache):
     with pytest.raises(inputs.DataError, match=r"no training records could be read from 1 "):
         inputs.make_dataset([store.path("gs://test-bucket/garbage/part-0.tfrecord")], schema,
                             batch_size=4, training=True, cache=cache, skip_corrupt=True)
+
+
+@pytest.mark.parametrize("batch_size, expected", [(4, 1280), (32, 1000)])
+def test_default_train_steps_are_ten_epochs_and_at_least_a_thousand(store, batch_size,
+                                                                    expected):
+    files = store.glob(data_globs("binary")[0])  # 512 records in 4 files
+    steps, why = records.default_train_steps([store.path(f) for f in files], batch_size,
+                                             skip_corrupt=False)
+    assert steps == expected  # 10 * 512 / 4 = 1280; 10 * 512 / 32 = 160, raised to 1000
+    assert "10 epochs of 512 training records" in why

@@ -112,3 +112,10 @@ def test_regression_targets_at_any_scale(fake_gcs, store, job_uri):
     _, raw = train(fake_gcs, job_uri + "/raw", tf.distribute.get_strategy(),
                    schema=f"{job_uri}/raw-schema.json", **flags)
     assert raw.metrics["meanAbsoluteError"] > 10 * mae
+
+
+def test_unset_train_steps_are_decided_from_the_data(fake_gcs, job_uri, store):
+    _, result = train(fake_gcs, job_uri, tf.distribute.get_strategy(), train_steps=None,
+                      batch_size=4)
+    assert result.step == 1280  # 10 epochs of 512 records, 4 at a time
+    assert store.read_json(f"{job_uri}/model/config.json")["train_steps"] == 1280

@@ -40,7 +40,7 @@ class Config:
     weight: str | None = None
     schema: str | None = None
     batch_size: int = 64
-    train_steps: int = 1000
+    train_steps: int | None = None  # None: decided from the data (records.default_train_steps)
     learning_rate: float = 1e-3
     hidden_units: tuple[int, ...] = (64, 32)
     steps_per_loop: int = 100
@@ -166,9 +166,11 @@ def validate(config: Config) -> None:
     _one_of("strategy", config.strategy, STRATEGIES)
     _one_of("shard_by", config.shard_by, SHARD_POLICIES)
     _one_of("cache", config.cache, CACHE_POLICIES)
-    for name in ("batch_size", "train_steps", "steps_per_loop", "shuffle_buffer",
-                 "schema_sample_records", "cpu_devices"):
+    for name in ("batch_size", "steps_per_loop", "shuffle_buffer", "schema_sample_records",
+                 "cpu_devices"):
         _at_least(name, getattr(config, name), 1)
+    if config.train_steps is not None:
+        _at_least("train_steps", config.train_steps, 1)
     for name in ("eval_every_steps", "eval_steps", "checkpoint_every_steps"):
         _at_least(name, getattr(config, name), 0)
     metrics = hypertune.METRICS[config.task]

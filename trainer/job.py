@@ -145,6 +145,13 @@ class _Job:
         return distribution.is_chief(self.cluster)
 
     def run(self, train_files: list[str], eval_files: list[str]) -> Result:
+        if self.config.train_steps is None:
+            with self._naming_bad_records(train_files):
+                steps, why = records.default_train_steps(
+                    [self.storage.path(f) for f in train_files], self.config.batch_size,
+                    skip_corrupt=self.config.skip_corrupt_records)
+            logging.info("training for %s steps (%s)", f"{steps:,}", why)
+            self.config = dataclasses.replace(self.config, train_steps=steps)
         config = self.config
         resumed = self.ckpt.restore_latest()
         start_step = int(self.loops.optimizer.iterations.numpy())

@@ -46,6 +46,13 @@ BLOCK = 256
 LOAD_BATCH = 4096
 # Epochs are numbered up to here: "forever" for any job.
 _EPOCHS = 2 ** 62
+# An unset --train_steps trains this many epochs, and at least MIN_DEFAULT_STEPS steps.
+# On nine public datasets (README, "Defaults on real data"), a fixed 1,000 steps left
+# the largest undertrained (diamonds, 43k training rows: 1.5 epochs, MAE 1.39x gradient
+# boosting's; 5 epochs 1.33x, 10 epochs 1.08x, 20 epochs 1.09x), while more steps over
+# the small ones only fit noise (diabetes, 3,000 steps: 1.39x against 1.21x).
+DEFAULT_EPOCHS = 10
+MIN_DEFAULT_STEPS = 1000
 
 
 def choose_cache(policy: str, file_bytes: int) -> tuple[str, str]:
@@ -62,6 +69,19 @@ def choose_cache(policy: str, file_bytes: int) -> tuple[str, str]:
     if file_bytes <= MEMORY_BUDGET_BYTES:
         return "memory", f"auto: {size}, within the {_human(MEMORY_BUDGET_BYTES)} budget"
     return "stream", f"auto: {size}, over the {_human(MEMORY_BUDGET_BYTES)} budget"
+
+
+def default_train_steps(paths: list[str], batch_size: int, *,
+                        skip_corrupt: bool) -> tuple[int, str]:
+    """The steps of a job without --train_steps, and why: DEFAULT_EPOCHS epochs of the
+    training records (counted: read, not parsed), at least MIN_DEFAULT_STEPS.
+
+    It depends on the files alone, so every worker and every restart decide alike.
+    """
+    n = count(paths, skip_corrupt=skip_corrupt)
+    steps = max(MIN_DEFAULT_STEPS, -(-DEFAULT_EPOCHS * n // batch_size))
+    return steps, (f"--train_steps unset: {DEFAULT_EPOCHS} epochs of {n:,} training records "
+                   f"at --batch_size={batch_size}, and at least {MIN_DEFAULT_STEPS:,}")
 
 
 def read_blocks(paths: list[str], *, skip_corrupt: bool, block: int = BLOCK,

@@ -38,7 +38,8 @@ flags.DEFINE_string("checkpoint_dir", None, "Default: $AIP_CHECKPOINT_DIR, "
 flags.DEFINE_string("tensorboard_dir", None, "Default: $AIP_TENSORBOARD_LOG_DIR, "
                     "else <job_dir>/logs.")
 flags.DEFINE_integer("batch_size", 64, "Global batch size, split evenly across replicas.")
-flags.DEFINE_integer("train_steps", 1000, "Optimizer steps in all.")
+flags.DEFINE_integer("train_steps", None, "Optimizer steps in all; unset: 10 epochs of the "
+                     "training data, and at least 1,000 steps.")
 flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
 flags.DEFINE_string("hidden_units", "64,32", "Sizes of the hidden layers, e.g. 256,128.")
 flags.DEFINE_integer("steps_per_loop", 100, "Steps per compiled inner loop (one log line).")
