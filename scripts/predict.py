@@ -1,56 +1,41 @@
 """Predictions of an exported model, and Vertex AI request bodies tested offline.
 
-Uses TensorFlow alone (no import of `trainer`), the way TF Serving and Vertex AI
-prediction load the model:
+Loads the model with TensorFlow alone, the way a server does, and answers bodies with
+the serving image's own decoder (`trainer.bodies`, which needs TensorFlow only):
 
     python scripts/predict.py --model_dir=DIR --examples='data/eval-*.tfrecord' --num=5
     python scripts/predict.py --model_dir=DIR --examples=... --request=vertex > body.json
     python scripts/predict.py --model_dir=DIR --examples=... --request=raw > raw.json
     python scripts/predict.py --model_dir=DIR --body=body.json
+    python scripts/predict.py --model_dir=DIR --examples=... --endpoint=http://127.0.0.1:8080
 
 --request=vertex prints the body of an online prediction request (`serving_default`,
 base64 serialized tf.Examples); --request=raw the rawPredict body of the `predict`
 signature (raw named features). --body answers such a body from the local model the
-way TF Serving's REST API decodes it, and prints the JSON response.
+way TF Serving's REST API decodes it, and prints the JSON response. --endpoint sends the
+body to a running server instead (`python -m trainer.serve`, or the serving image).
 """
 
 import argparse
 import base64
-import contextlib
 import json
 import os
 import sys
-import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 
 
-class BodyError(ValueError):
-    """A request body TF Serving would reject; the message says why."""
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Hides what TensorFlow's C++ runtime prints while it starts (oneDNN, CUDA probes:
-    not for a reader of predictions); shows it after all if the import fails."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainer.quiet import quiet_stderr  # noqa: E402  (standard library only)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 with quiet_stderr():
     import tensorflow as tf
     tf.constant(0)  # the runtime starts (and prints) on the first op, not at import
+
+# The decoder of the serving image's server; it imports TensorFlow alone.
+from trainer.bodies import BodyError, answer, jsonable  # noqa: E402
 
 
 def read_records(pattern: str, num: int) -> list[bytes]:
@@ -79,7 +64,7 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
         instance = {}
         for name, tensor_spec in spec.items():
             kind = features[name].WhichOneof("kind") if name in features else None
-            values = [_jsonable(v) for v in getattr(features[name], kind).value] if kind \
+            values = [jsonable(v) for v in getattr(features[name], kind).value] if kind \
                 else []
             size = tensor_spec.shape[1] if tensor_spec.shape.rank == 2 else 1
             feature = schema[name]
@@ -92,76 +77,6 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
             instance[name] = values if tensor_spec.shape.rank == 2 else values[0]
         instances.append(instance)
     return {"signature_name": "predict", "instances": instances}
-
-
-def answer(body: dict, model) -> dict:
-    """Answers a TF Serving REST predict body: row ('instances') or columnar ('inputs')
-    format, {"b64": ...} objects as bytes, 'signature_name' honoured (default
-    serving_default). Returns the response TF Serving would send, in row format.
-
-    Raises:
-      BodyError: naming what TF Serving would reject.
-    """
-    name = body.get("signature_name", "serving_default")
-    if name not in model.signatures:
-        raise BodyError(f"signature_name {name!r} is not in the model (it has "
-                        f"{', '.join(sorted(model.signatures))})")
-    signature = model.signatures[name]
-    specs = signature.structured_input_signature[1]
-    if "instances" in body:
-        columns = _columns(body["instances"], specs)
-    elif "inputs" in body:
-        inputs = body["inputs"]
-        columns = inputs if isinstance(inputs, dict) else {next(iter(specs)): inputs}
-    else:
-        raise BodyError('the body has neither "instances" nor "inputs"')
-    missing, extra = set(specs) - set(columns), set(columns) - set(specs)
-    if missing or extra:
-        raise BodyError(f"signature {name!r} takes {sorted(specs)}; the body is missing "
-                        f"{sorted(missing)} and has unknown {sorted(extra)}")
-    tensors = {k: tf.constant(_decode(columns[k]), dtype=s.dtype) for k, s in specs.items()}
-    outputs = {k: v.numpy().tolist() for k, v in signature(**tensors).items()}
-    rows = [dict(zip(outputs, values)) for values in zip(*outputs.values())]
-    predictions = [_jsonable(next(iter(r.values())) if len(r) == 1 else r) for r in rows]
-    return {"predictions": predictions}
-
-
-def _columns(instances: list, specs: dict) -> dict:
-    if not isinstance(instances, list) or not instances:
-        raise BodyError('"instances" must be a non-empty list')
-    single = next(iter(specs)) if len(specs) == 1 else None
-    columns: dict = {}
-    for i, instance in enumerate(instances):
-        if single and not (isinstance(instance, dict) and single in instance):
-            instance = {single: instance}  # one input: each instance is its value
-        if not isinstance(instance, dict):
-            raise BodyError(f"instances[{i}] is not an object of named inputs "
-                            f"({sorted(specs)})")
-        for key, value in instance.items():
-            columns.setdefault(key, []).append(value)
-    if len({len(v) for v in columns.values()}) > 1:
-        raise BodyError("every instance must name the same inputs")
-    return columns
-
-
-def _decode(value):
-    if isinstance(value, dict):
-        if set(value) != {"b64"}:
-            raise BodyError(f"an object value must be {{\"b64\": ...}}, not {sorted(value)}")
-        return base64.b64decode(value["b64"])
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
-
-
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    return v
 
 
 def print_predictions(model, records: list[bytes], model_dir: str, label: str | None) -> None:
@@ -187,6 +102,32 @@ def _value(v):
     return round(v, 4) if isinstance(v, float) else v
 
 
+def send(endpoint: str, body: dict, timeout_s: float = 60.0) -> dict:
+    """POSTs `body` to a running server (python -m trainer.serve, or the serving image)
+    and returns its JSON answer. An endpoint without a path gets /predict.
+
+    Raises:
+      BodyError: naming the endpoint and the server's one-line error.
+    """
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BodyError(f"--endpoint={endpoint!r}: expected http://HOST:PORT[/ROUTE]")
+    url = endpoint if parts.path not in ("", "/") else endpoint.rstrip("/") + "/predict"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as e:
+        try:
+            why = json.load(e).get("error", "")
+        except (ValueError, AttributeError):
+            why = ""
+        raise BodyError(f"{url} answered {e.code}: {why or e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise BodyError(f"cannot reach {url}: {getattr(e, 'reason', e)}") from None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model_dir", required=True, help="SavedModel folder")
@@ -196,6 +137,9 @@ def main() -> int:
     parser.add_argument("--request", choices=("vertex", "raw"),
                         help="print a request body for --examples instead of predictions")
     parser.add_argument("--body", help="a JSON request body to answer, as TF Serving would")
+    parser.add_argument("--endpoint", help="http://HOST:PORT of a running server "
+                        "(python -m trainer.serve): send it the --body, or the --request "
+                        "body of --examples (vertex unless said), and print its answer")
     args = parser.parse_args()
     if not args.body and not args.examples:
         parser.error("give --examples, or --body")
@@ -204,15 +148,18 @@ def main() -> int:
         if args.body:
             with open(args.body) as f:
                 body = json.load(f)
-            print(json.dumps(answer(body, model)))
+            print(json.dumps(send(args.endpoint, body) if args.endpoint
+                             else answer(body, model)))
             return 0
         records = read_records(args.examples, args.num)
-        if args.request == "vertex":
-            print(json.dumps(vertex_body(records)))
-        elif args.request == "raw":
-            print(json.dumps(raw_body(records, args.model_dir, model)))
+        if args.request == "raw":
+            body = raw_body(records, args.model_dir, model)
+        elif args.request == "vertex" or args.endpoint:
+            body = vertex_body(records)
         else:
             print_predictions(model, records, args.model_dir, args.label)
+            return 0
+        print(json.dumps(send(args.endpoint, body) if args.endpoint else body))
     except (BodyError, OSError, json.JSONDecodeError, tf.errors.OpError) as e:
         print(f"error: {e}".splitlines()[0], file=sys.stderr)
         return 2

@@ -61,6 +61,18 @@ def store(fake_gcs) -> storage_lib.Storage:
     return storage_lib.Storage(fake_gcs)
 
 
+@pytest.fixture(scope="session")
+def exported(fake_gcs, store) -> dict[str, str]:
+    """task -> local path of a small export of that task (trained once per session)."""
+    from trainer import job
+    dirs = {}
+    for task in TASKS:
+        job_dir = f"gs://{BUCKET}/jobs/exported-{task}"
+        job.run(make_config(fake_gcs, job_dir, task), tf.distribute.get_strategy())
+        dirs[task] = store.path(f"{job_dir}/model")
+    return dirs
+
+
 @pytest.fixture
 def job_uri(fake_gcs, request) -> str:
     """A fresh gs:// job folder per test, under the fake root."""

@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import BUCKET, REPO, TASKS, data_globs, make_config, read_records, \
-    subprocess_env
-from trainer import job
+from conftest import REPO, TASKS, data_globs, read_records, subprocess_env
 
 
 def load_script():
@@ -27,17 +25,6 @@ def load_script():
 
 
 predict = load_script()
-
-
-@pytest.fixture(scope="module")
-def exported(fake_gcs, store) -> dict[str, str]:
-    """task -> local path of a small export."""
-    dirs = {}
-    for task in TASKS:
-        job_dir = f"gs://{BUCKET}/jobs/predict-{task}"
-        job.run(make_config(fake_gcs, job_dir, task), tf.distribute.get_strategy())
-        dirs[task] = store.path(f"{job_dir}/model")
-    return dirs
 
 
 def records_with_a_missing_feature(store, task: str) -> list[bytes]:

@@ -1,0 +1,285 @@
+"""trainer.serve: the serving image's server, as real processes on loopback.
+
+Vertex's contract (AIP_* variables, health 503 until loaded), the same predictions as the
+model called in-process for every task and both signatures, and the fault list: each bad
+request answered in one line, good requests answered after 1,000 bad ones, no leak.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import BUCKET, REPO, TASKS, data_globs, read_records, subprocess_env
+from test_predict import predict, records_with_a_missing_feature
+
+TOLERANCE = 1e-6  # server against the model called in-process
+# RSS growth allowed over 1,000 bad requests: Python's allocator keeps freed arenas, so
+# a few MB come and go; a leak of one error's tensors per request would be far above it.
+LEAK_BOUND_MB = 25
+
+
+class Server:
+    """`python -m trainer.serve` in a child process; the port is the one it reports."""
+
+    def __init__(self, *flags: str, **env: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.serve", *flags], cwd=REPO,
+            env=subprocess_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on "), line + self.proc.stderr.read()[-2000:]
+        self.port = int(line.split()[2].split(":")[1])
+        self.health_statuses: list[int] = []
+
+    def wait_ready(self, route: str = "/health", timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read()[-2000:]
+            status, _ = self.request("GET", route)
+            self.health_statuses.append(status)
+            if status == 200:
+                return
+            time.sleep(0.1)
+        pytest.fail("the server did not become ready")
+
+    def request(self, method: str, path: str, body=None) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            data = body if isinstance(body, bytes) or body is None else json.dumps(body)
+            conn.request(method, path, body=data)
+            response = conn.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            conn.close()
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        return kb / 1024
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def servers(exported) -> dict[str, Server]:
+    """task -> a ready server of its export. The binary one is configured as Vertex
+    configures a container: every setting from AIP_* variables, the model from gs://."""
+    gcs_root = exported["binary"].split(f"/{BUCKET}/")[0]
+    started = {task: Server(f"--model_dir={exported[task]}", "--port=0")
+               for task in TASKS if task != "binary"}
+    started["binary"] = Server(
+        f"--fake_gcs_root={gcs_root}", AIP_HTTP_PORT="0",
+        AIP_STORAGE_URI=f"gs://{BUCKET}/jobs/exported-binary/model",
+        AIP_HEALTH_ROUTE="/v1/health", AIP_PREDICT_ROUTE="/v1/models/m:predict")
+    try:
+        for task, server in started.items():
+            server.wait_ready("/v1/health" if task == "binary" else "/health")
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def route(task: str) -> str:
+    return "/v1/models/m:predict" if task == "binary" else "/predict"
+
+
+def test_vertex_variables_configure_it_and_health_waits_for_the_model(servers):
+    binary = servers["binary"]
+    # TensorFlow takes seconds to start: the first health checks came while it loaded.
+    assert binary.health_statuses[0] == 503 and binary.health_statuses[-1] == 200
+    assert binary.request("GET", "/health")[0] == 404  # the route is AIP_HEALTH_ROUTE's
+    status, answer = binary.request("POST", "/predict", {"instances": [1]})
+    assert status == 404 and "/v1/models/m:predict" in answer["error"]
+
+
+def flat(predictions: list) -> tuple[list, np.ndarray]:
+    classes, numbers = [], []
+    for p in predictions:
+        if isinstance(p, dict):
+            classes.append(p["predictions"])
+            numbers.append(p["probabilities"])
+        else:
+            numbers.append([p])
+    return classes, np.array(numbers, dtype=np.float64)
+
+
+def in_process(model, name: str, inputs: dict) -> tuple[list, np.ndarray]:
+    out = model.signatures[name](**inputs)
+    values = out["probabilities"] if "probabilities" in out else out["predictions"][:, None]
+    classes = ([c.decode() if isinstance(c, bytes) else c
+                for c in out["predictions"].numpy().tolist()] if "probabilities" in out
+               else [])
+    return classes, values.numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_answers_match_the_model_in_process(store, exported, servers, task):
+    model = tf.saved_model.load(exported[task])
+    records = records_with_a_missing_feature(store, task)
+    vertex = predict.vertex_body(records)
+    raw = predict.raw_body(records, exported[task], model)
+    # Online predict passes on "instances" and "parameters" only; rawPredict any body.
+    online_raw = {"instances": raw["instances"], "parameters": {"signature_name": "predict"}}
+    expected_examples = in_process(model, "serving_default",
+                                   {"examples": tf.constant(records)})
+    specs = model.signatures["predict"].structured_input_signature[1]
+    columns = {k: tf.constant([i[k] for i in raw["instances"]], dtype=s.dtype)
+               for k, s in specs.items()}
+    expected_features = in_process(model, "predict", columns)
+    for body, expected in ((vertex, expected_examples), (raw, expected_features),
+                           (online_raw, expected_features)):
+        status, answer = servers[task].request("POST", route(task), body)
+        assert status == 200, answer
+        assert answer == predict.answer(json.loads(json.dumps(body)), model)  # = offline
+        classes, values = flat(answer["predictions"])
+        assert classes == expected[0]
+        assert np.max(np.abs(values - expected[1])) <= TOLERANCE
+
+
+def bad_bodies(records: list[bytes], model_dir: str, model) -> list[tuple[bytes, int, str]]:
+    """(body, status, what the one-line error must say) for the fault list."""
+    example = predict.vertex_body(records[:1])["instances"][0]
+    raw = predict.raw_body(records[:1], model_dir, model)
+    unknown = json.loads(json.dumps(raw))
+    unknown["instances"][0]["shoe_size"] = 44
+    missing = json.loads(json.dumps(raw))
+    del missing["instances"][0]["age"]
+    wrong_type = json.loads(json.dumps(raw))
+    wrong_type["instances"][0]["age"] = "thirty"
+    wrong_shape = json.loads(json.dumps(raw))
+    wrong_shape["instances"][0]["scores"] = 0.5
+    return [
+        (b'{"instances": [', 400, "not valid JSON"),
+        (b"\xff\xfe", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "must be a JSON object"),
+        (json.dumps({"rows": [example]}).encode(), 400, 'neither "instances" nor "inputs"'),
+        (json.dumps(unknown).encode(), 400, "unknown ['shoe_size']"),
+        (json.dumps(missing).encode(), 400, "missing ['age']"),
+        (json.dumps(wrong_type).encode(), 400, "instances[0] input 'age': 'thirty' is not"),
+        (json.dumps(wrong_shape).encode(), 400, "input 'scores': expected a list of 3"),
+        (json.dumps({"instances": [example, {"b64": "%%%"}]}).encode(), 400,
+         "is not valid base64"),
+        (json.dumps({"instances": [example, {"b64": "AAAA"}]}).encode(), 400,
+         "instances[1]: not a serialized tf.Example"),
+        (json.dumps({"instances": [example], "parameters": {"signature_name": "x"}}).encode(),
+         400, "signature_name 'x' is not in the model"),
+        (b"x" * 1_500_001, 413, "at most 1,500,000"),
+    ]
+
+
+def test_faults_are_one_line_and_the_server_stays_healthy(store, exported, servers):
+    server = servers["multiclass"]
+    records = read_records(store, data_globs("multiclass")[1], 4)
+    good = predict.vertex_body(records)
+    status, expected = server.request("POST", "/predict", good)
+    assert status == 200
+    faults = bad_bodies(records, exported["multiclass"],
+                        tf.saved_model.load(exported["multiclass"]))
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+
+    def send(body: bytes) -> tuple[int, dict]:
+        nonlocal conn
+        conn.request("POST", "/predict", body=body)
+        response = conn.getresponse()
+        answer = json.loads(response.read())
+        if response.getheader("Connection") == "close":
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        return response.status, answer
+
+    for body, want_status, fragment in faults:
+        status, answer = send(body)
+        assert (status, fragment in answer.get("error", "")) == (want_status, True), answer
+        assert "\n" not in answer["error"]
+    # A request without a length, and clients that go away mid-request.
+    assert raw_exchange(server.port, b"POST /predict HTTP/1.1\r\nHost: x\r\n\r\n"
+                        ).startswith(b"HTTP/1.1 411")
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+                      b'{"instances": [')
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(b"POST /predi")
+    before = server.rss_mb()
+    started = time.monotonic()
+    for i in range(1000):
+        body, want_status, _ = faults[i % len(faults)]
+        assert send(body)[0] == want_status
+    took = time.monotonic() - started
+    after = server.rss_mb()
+    assert send(json.dumps(good).encode()) == (200, expected)
+    conn.close()
+    assert after - before <= LEAK_BOUND_MB, (before, after)
+    print(f"1,000 bad requests in {took:.1f} s; RSS {before:.0f} -> {after:.0f} MB")
+
+
+def raw_exchange(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(data)
+        return s.recv(4096)
+
+
+def test_predict_script_sends_its_bodies_to_the_server(store, exported, servers, tmp_path):
+    examples = store.path(data_globs("regression")[1])
+    endpoint = f"http://127.0.0.1:{servers['regression'].port}"
+    model = tf.saved_model.load(exported["regression"])
+    records = read_records(store, data_globs("regression")[1], 3)
+    proc = subprocess.run(
+        [sys.executable, "scripts/predict.py", f"--model_dir={exported['regression']}",
+         f"--examples={examples}", "--num=3", "--request=raw", f"--endpoint={endpoint}"],
+        cwd=REPO, env={**subprocess_env(), "PYTHONPATH": ""}, capture_output=True,
+        text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+    offline = predict.answer(predict.raw_body(records, exported["regression"], model), model)
+    assert json.loads(proc.stdout) == offline
+    with pytest.raises(predict.BodyError, match=r"/predict answered 400: .*instances"):
+        predict.send(endpoint, {"instances": []})
+    with pytest.raises(predict.BodyError, match="cannot reach http://127.0.0.1:1/predict"):
+        predict.send("http://127.0.0.1:1", {"instances": [1]})
+
+
+def run_serve(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainer.serve", *flags], cwd=REPO,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("flags, message", [
+    ((), "error: --model_dir is required (or $AIP_STORAGE_URI, which Vertex sets)"),
+    (("--model_dir=/nonexistent",), "error: --model_dir=/nonexistent: no saved_model.pb "
+                                    "in /nonexistent"),
+    (("--model_dir=.", "--port=70000"), None),
+    (("--model_dir=.", "--predict_route=predict"), None),
+    (("--bogus=1",), "error: Unknown command line flag 'bogus'"),
+])
+def test_bad_flags_are_one_line_and_exit_2(exported, flags, message):
+    flags = tuple(f.replace("--model_dir=.", f"--model_dir={exported['binary']}")
+                  for f in flags)
+    proc = run_serve(*flags)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    if message:
+        assert lines[0] == message
+
+
+def test_a_model_that_does_not_load_ends_the_server_with_one_line(tmp_path):
+    (tmp_path / "saved_model.pb").write_bytes(b"not a SavedModel")
+    proc = run_serve(f"--model_dir={tmp_path}", "--port=0")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot load the model in "
+                                                   f"{tmp_path}: "), proc.stderr
+    assert os.path.basename(str(tmp_path)) in lines[0]

@@ -1,0 +1,114 @@
+"""Entry point of the serving image: `python -m trainer.serve --model_dir=DIR --port=PORT`.
+
+Serves an export of `trainer.task` over HTTP with Vertex AI's custom-container contract
+(see trainer/server.py). On Vertex, every default comes from the variables it sets:
+`AIP_STORAGE_URI` (the model's copy), `AIP_HTTP_PORT`, `AIP_HEALTH_ROUTE`,
+`AIP_PREDICT_ROUTE`; locally the routes are /health and /predict on 127.0.0.1.
+A bad flag is one line and exit code 2; a model that does not load, one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from trainer import server as server_lib
+from trainer import storage as storage_lib
+
+# TensorFlow's C++ start-up lines are not for a server's log; warnings still show.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+F = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "Export folder (saved_model.pb at its root), local "
+                    "or gs://. Default: $AIP_STORAGE_URI.")
+flags.DEFINE_integer("port", None, "Port. Default: $AIP_HTTP_PORT, else 8080.")
+flags.DEFINE_string("host", None, "Address to listen on. Default: 0.0.0.0 on Vertex "
+                    "(AIP_HTTP_PORT set), else 127.0.0.1.")
+flags.DEFINE_string("health_route", None, "Default: $AIP_HEALTH_ROUTE, else /health.")
+flags.DEFINE_string("predict_route", None, "Default: $AIP_PREDICT_ROUTE, else /predict.")
+flags.DEFINE_integer("max_body_bytes", server_lib.MAX_BODY_BYTES, "Larger bodies get 413 "
+                     "(Vertex's own limit on shared public endpoints is 1.5 MB).")
+flags.DEFINE_integer("tf_threads", 0, "TensorFlow's threads within one op (intra-op) and "
+                     "across ops (inter-op); 0: TensorFlow's default, one per core.")
+flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
+                    "DIR/BUCKET/PATH.")
+
+
+def make_config(env: dict) -> server_lib.ServerConfig:
+    """The server's settings from the flags, with Vertex's variables as defaults.
+
+    Raises:
+      ValueError: naming the flag or variable at fault.
+    """
+    model_dir = F.model_dir or env.get("AIP_STORAGE_URI")
+    if not model_dir:
+        raise ValueError("--model_dir is required (or $AIP_STORAGE_URI, which Vertex sets)")
+    path = storage_lib.Storage(F.fake_gcs_root).path(model_dir)
+    if not storage_lib.is_gcs(path) and not os.path.isfile(os.path.join(path,
+                                                                         "saved_model.pb")):
+        raise ValueError(f"--model_dir={model_dir}: no saved_model.pb in {path}")
+    port = F.port if F.port is not None else env.get("AIP_HTTP_PORT", "8080")
+    if not str(port).isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"port {port!r} (--port or $AIP_HTTP_PORT): expected 0-65535")
+    routes = {}
+    for name, var, default in (("health_route", "AIP_HEALTH_ROUTE", "/health"),
+                               ("predict_route", "AIP_PREDICT_ROUTE", "/predict")):
+        routes[name] = F[name].value or env.get(var) or default
+        if not routes[name].startswith("/"):
+            raise ValueError(f"--{name}={routes[name]!r} (or ${var}): expected a path "
+                             "starting with /")
+    if F.max_body_bytes < 1:
+        raise ValueError(f"--max_body_bytes={F.max_body_bytes}: expected 1 or more")
+    if F.tf_threads < 0:
+        raise ValueError(f"--tf_threads={F.tf_threads}: expected 0 or more")
+    host = F.host or ("0.0.0.0" if env.get("AIP_HTTP_PORT") else "127.0.0.1")
+    return server_lib.ServerConfig(model_dir=path, host=host, port=int(port),
+                                   max_body_bytes=F.max_body_bytes, **routes)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        return _fail(f"unexpected arguments {argv[1:]}: every option is a --flag")
+    # Progress to stdout, problems to stderr: Cloud Logging marks every stderr line ERROR.
+    out = logging.StreamHandler(sys.stdout)
+    out.addFilter(lambda record: record.levelno < logging.WARNING)
+    err = logging.StreamHandler(sys.stderr)
+    err.setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[out, err],
+                        force=True)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        config = make_config(dict(os.environ))
+    except ValueError as e:
+        return _fail(str(e))
+    if F.tf_threads:
+        # Read by TensorFlow's runtime when it starts, which is after this (in the loader).
+        os.environ["TF_NUM_INTRAOP_THREADS"] = str(F.tf_threads)
+        os.environ["TF_NUM_INTEROP_THREADS"] = str(F.tf_threads)
+    try:
+        error = server_lib.serve(config)
+    except OSError as e:
+        return _fail(f"cannot listen on {config.host}:{config.port}: {e.strerror or e}")
+    if error:
+        return _fail(error, code=1)
+    return 0
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    try:
+        return F(argv)
+    except flags.Error as e:
+        sys.exit(_fail(str(e)))
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)
