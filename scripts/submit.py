@@ -6,8 +6,10 @@
         --accelerator_count=1 --workers=1 --dry_run -- \
         --train_data='gs://B/data/train-*' --label=y --task=binary
 
-Flags after `--` go to `trainer.task`. --dry_run builds and checks everything, uploads
-nothing and prints the job as REST JSON.
+Flags after `--` go to `trainer.task`. The pools run the package's training image
+(containers/; its name follows from --project, --region and --repository), which
+installs the sdist of the current code, staged under --staging_dir, when it starts.
+--dry_run builds and checks everything, uploads nothing and prints the job as REST JSON.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vertex import checks  # noqa: E402
+from vertex import images  # noqa: E402
 from vertex import jobs  # noqa: E402
 from vertex import staging  # noqa: E402
 from vertex import submit as submit_lib  # noqa: E402
@@ -40,8 +43,17 @@ flags.DEFINE_integer("accelerator_count", 0, "GPUs per training VM.")
 flags.DEFINE_integer("workers", 1, "Training VMs, chief included.")
 flags.DEFINE_integer("reduction_servers", 0, "Reduction Server replicas (pool 2).")
 flags.DEFINE_string("reduction_server_machine_type", "n1-highcpu-16", "Their machine type.")
-flags.DEFINE_string("executor_image", None, "Prebuilt training image; default "
-                    f"{jobs.DEFAULT_CPU_IMAGE}, or the GPU one with accelerators.")
+flags.DEFINE_string("image", None, "Training image; default: the package's own, "
+                    f"{images.own_image('PROJECT', 'REGION', 'train', False)} (train-gpu "
+                    "with accelerators), built by containers/cloudbuild.yaml.")
+flags.DEFINE_string("repository", images.DEFAULT_REPOSITORY, "Artifact Registry repository "
+                    "of the default images.")
+flags.DEFINE_bool("stage_package", True, "Stage the current code's sdist and install it "
+                  "when the job starts (seconds); --nostage_package runs the code built "
+                  "into --image.")
+flags.DEFINE_string("executor_image", None, "Run in a prebuilt training image as a python "
+                    "package instead (refused past its end of availability, see "
+                    "vertex/images.py).")
 flags.DEFINE_string("service_account", None, "Service account the job runs as.")
 flags.DEFINE_list("labels", [], "key=value labels.")
 flags.DEFINE_integer("timeout_s", None, "Job timeout in seconds.")
@@ -68,16 +80,18 @@ def load_config(path: str) -> dict:
 def main(argv: list[str]) -> int:
     logging.getLogger().setLevel(logging.INFO)
     try:
-        for name in ("project", "staging_dir", "job_dir"):
+        for name in ("project", "job_dir") + (("staging_dir",) if FLAGS.stage_package
+                                              else ()):
             if not FLAGS[name].value:
                 raise jobs.JobError(f"--{name} is required")
         if FLAGS.deploy and not (FLAGS.stream or FLAGS.dry_run):
             raise jobs.JobError("--deploy needs --stream: the model exists once the job "
                                 "has succeeded")
         name = FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
-        sdist = staging.build_sdist()
-        image = FLAGS.executor_image or (jobs.DEFAULT_GPU_IMAGE if FLAGS.accelerator_count
-                                         else jobs.DEFAULT_CPU_IMAGE)
+        sdist = staging.build_sdist() if FLAGS.stage_package else None
+        image = FLAGS.image or images.own_image(FLAGS.project, FLAGS.region, "train",
+                                                bool(FLAGS.accelerator_count),
+                                                FLAGS.repository)
         labels = []
         for label in FLAGS.labels:
             key, sep, value = label.partition("=")
@@ -86,8 +100,10 @@ def main(argv: list[str]) -> int:
             labels.append((key, value))
         spec = jobs.JobSpec(
             project=FLAGS.project, region=FLAGS.region, display_name=name,
-            package_uri=f"{FLAGS.staging_dir.rstrip('/')}/{name}/{os.path.basename(sdist)}",
-            job_dir=FLAGS.job_dir, trainer_args=tuple(argv[1:]), executor_image=image,
+            package_uri=(f"{FLAGS.staging_dir.rstrip('/')}/{name}/{os.path.basename(sdist)}"
+                         if sdist else None),
+            job_dir=FLAGS.job_dir, trainer_args=tuple(argv[1:]), image=image,
+            executor_image=FLAGS.executor_image,
             machine_type=FLAGS.machine_type, accelerator_type=FLAGS.accelerator_type,
             accelerator_count=FLAGS.accelerator_count, workers=FLAGS.workers,
             reduction_servers=FLAGS.reduction_servers,

@@ -3,6 +3,7 @@ staging against a real local GCS emulator, failure paths, the dry run, and Cloud
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -19,21 +20,26 @@ from google.cloud import aiplatform_v1 as v1
 from google.cloud import storage as gcs
 
 from conftest import REPO, free_ports, subprocess_env
-from vertex import checks, jobs, staging
+from trainer import bootstrap
+from vertex import checks, images, jobs, staging
 from vertex import submit as submit_lib
 
+CPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=False)
+GPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=True)
+RETIRED_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
 BASE = dict(project="proj", region="europe-west4", display_name="run-1",
             package_uri="gs://stage/run-1/trainer-0.1.0.tar.gz", job_dir="gs://out/run-1",
-            trainer_args=("--train_data=gs://data/train-*", "--label=y", "--task=binary"))
+            trainer_args=("--train_data=gs://data/train-*", "--label=y", "--task=binary"),
+            image=CPU_IMAGE)
 SHAPES = {
     "one_gpu": dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
-                    accelerator_count=1, executor_image=jobs.DEFAULT_GPU_IMAGE),
+                    accelerator_count=1, image=GPU_IMAGE),
     "four_gpus": dict(machine_type="a2-highgpu-4g", accelerator_type="NVIDIA_TESLA_A100",
-                      accelerator_count=4, executor_image=jobs.DEFAULT_GPU_IMAGE),
+                      accelerator_count=4, image=GPU_IMAGE),
     "chief_and_3_workers": dict(machine_type="n1-standard-16", workers=4),
     "reduction_server": dict(machine_type="g2-standard-12", accelerator_type="NVIDIA_L4",
                              accelerator_count=1, workers=2, reduction_servers=3,
-                             executor_image=jobs.DEFAULT_GPU_IMAGE),
+                             image=GPU_IMAGE),
 }
 
 
@@ -53,11 +59,13 @@ def test_one_gpu_job_field_by_field():
     assert pool.machine_spec.machine_type == "n1-standard-8"
     assert pool.machine_spec.accelerator_type == v1.AcceleratorType.NVIDIA_TESLA_T4
     assert pool.machine_spec.accelerator_count == 1
-    pkg = pool.python_package_spec
-    assert pkg.executor_image_uri == jobs.DEFAULT_GPU_IMAGE
-    assert list(pkg.package_uris) == ["gs://stage/run-1/trainer-0.1.0.tar.gz"]
-    assert pkg.python_module == "trainer.task"
-    assert list(pkg.args) == list(BASE["trainer_args"])
+    container = pool.container_spec
+    assert container.image_uri == "europe-west4-docker.pkg.dev/proj/trainer/train-gpu:latest"
+    assert not container.command  # the image's entry point: install the package, train
+    assert list(container.args) == list(BASE["trainer_args"])
+    assert [(e.name, e.value) for e in container.env] == [
+        (bootstrap.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
+    assert not pool.python_package_spec.python_module
     assert js.base_output_directory.output_uri_prefix == "gs://out/run-1"
     assert js.service_account == "sa@proj.iam.gserviceaccount.com"
     assert js.tensorboard.endswith("/tensorboards/1")
@@ -77,7 +85,7 @@ def test_chief_and_three_workers_in_vertex_pool_order():
     js = jobs.custom_job(spec("chief_and_3_workers")).job_spec
     chief, workers = js.worker_pool_specs
     assert (chief.replica_count, workers.replica_count) == (1, 3)
-    assert chief.python_package_spec == workers.python_package_spec
+    assert chief.container_spec == workers.container_spec
     assert workers.machine_spec.machine_type == "n1-standard-16"
     assert js.scheduling.restart_job_on_worker_restart  # collectives cannot be rejoined
 
@@ -114,7 +122,7 @@ def test_hyperparameter_tuning_job():
     assert list(hidden.categorical_value_spec.values) == ["64,32", "256,128"]
     assert list(batch.discrete_value_spec.values) == [64.0, 256.0]
     assert (job.max_trial_count, job.parallel_trial_count) == (12, 3)
-    args = list(job.trial_job_spec.worker_pool_specs[0].python_package_spec.args)
+    args = list(job.trial_job_spec.worker_pool_specs[0].container_spec.args)
     assert args[-1] == "--hptune_metric=accuracy"  # the trainer reports what is tuned
     assert v1.HyperparameterTuningJob.from_json(jobs.to_json(job)) == job
 
@@ -144,11 +152,18 @@ def test_bad_tuning_config_is_named(config, fragment):
     (dict(accelerator_type="NVIDIA_GTX_1080", accelerator_count=1), "not a Vertex accelerator"),
     (dict(workers=0), "--workers=0"),
     (dict(workers=1, reduction_servers=2), "--reduction_servers needs --workers >= 2"),
-    (dict(executor_image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-12.py310:latest",
-          machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
-          accelerator_count=1), "carries TensorFlow 2.12; the trainer needs 2.16"),
+    (dict(executor_image=RETIRED_IMAGE), f"--executor_image={RETIRED_IMAGE} reached its end "
+     "of availability on 2026-07-11 and Vertex AI no longer accepts it"),
+    (dict(executor_image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest"),
+     "reached its end of availability by 2026-06-28"),
+    (dict(image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest"),
+     "--image=us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest reached its end "
+     "of availability on 2026-06-28"),
     (dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
-          accelerator_count=1), "is a CPU image but the job asks for GPUs"),
+          accelerator_count=1), "train-cpu:latest is a CPU image but the job asks for GPUs"),
+    (dict(image=images.own_image("proj", "europe-west4", "serve", False)),
+     "is the package's serving image"),
+    (dict(executor_image=RETIRED_IMAGE, package_uri=None), "needs --stage_package"),
     (dict(job_dir="/local/out"), "--job_dir='/local/out': Vertex needs a gs:// location"),
 ])
 def test_checks_reject_what_vertex_would(overrides, fragment):
@@ -160,6 +175,34 @@ def test_checks_reject_what_vertex_would(overrides, fragment):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_checks_accept_the_four_shapes(shape):
     checks.check_all(spec(shape))
+
+
+def test_prebuilt_images_until_their_date_and_the_python_package_spec():
+    """--executor_image keeps the python package spec; a prebuilt image passed the checks
+    until its end of availability, and fails from that day on."""
+    s = spec("chief_and_3_workers", executor_image=RETIRED_IMAGE)
+    checks.check_image(s, today=datetime.date(2026, 7, 10))
+    with pytest.raises(jobs.JobError, match="on 2026-07-11"):
+        checks.check_image(s, today=datetime.date(2026, 7, 11))
+    pool = jobs.custom_job(s).job_spec.worker_pool_specs[1]
+    pkg = pool.python_package_spec
+    assert (pkg.executor_image_uri, list(pkg.package_uris), pkg.python_module) == (
+        RETIRED_IMAGE, [BASE["package_uri"]], "trainer.task")
+    assert list(pkg.args) == list(BASE["trainer_args"]) and not pool.container_spec.image_uri
+    gpu = spec("one_gpu", executor_image=RETIRED_IMAGE)
+    with pytest.raises(jobs.JobError, match="is a CPU image but the job asks for GPUs"):
+        checks.check_image(gpu, today=datetime.date(2026, 1, 1))
+    assert images.end_of_availability("europe-docker.pkg.dev/vertex-ai/prediction/"
+                                      "tf2-gpu.2-15:latest", "prediction") == \
+        datetime.date(2027, 1, 14)
+    assert images.end_of_availability(CPU_IMAGE, "training") is None  # ours: no date
+
+
+def test_without_a_staged_package_the_image_runs_its_own_copy():
+    container = jobs.custom_job(spec("one_gpu", package_uri=None)).job_spec \
+        .worker_pool_specs[0].container_spec
+    assert not container.env and container.image_uri == GPU_IMAGE
+    checks.check_all(spec("one_gpu", package_uri=None))
 
 
 def test_sdist_holds_every_trainer_module(tmp_path):
@@ -239,6 +282,15 @@ def test_submit_stages_then_creates_the_job(gcs_emulator, tmp_path):
         "?project=proj")
 
 
+def test_submit_without_a_staged_package_uploads_nothing(gcs_emulator):
+    s = spec("one_gpu", trainer_args=(), package_uri=None, display_name="baked")
+    client = mock.Mock()
+    client.create_custom_job.return_value = v1.CustomJob(name="projects/p/locations/r/"
+                                                              "customJobs/9")
+    assert submit_lib.submit(s, jobs.custom_job(s), None, gcs_emulator, client).endswith("/9")
+    assert not list(gcs_emulator.list_blobs("stage", prefix="baked"))
+
+
 def test_submit_stops_before_creating_a_job_when_data_is_missing(gcs_emulator, tmp_path):
     sdist = tmp_path / "trainer-0.1.0.tar.gz"
     sdist.write_bytes(b"pkg")
@@ -301,8 +353,12 @@ def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
     assert proc.returncode == 0, proc.stderr[-2000:]
     job = v1.CustomJob.from_json(proc.stdout)
     assert [p.replica_count for p in job.job_spec.worker_pool_specs] == pools
-    chief = job.job_spec.worker_pool_specs[0].python_package_spec
-    assert chief.package_uris[0] == "gs://stage/run-1/trainer-0.1.0.tar.gz"
+    chief = job.job_spec.worker_pool_specs[0].container_spec
+    gpu = "cpu" if shape == "chief_and_3_workers" else "gpu"
+    # No image flag: the package's own image, named after --project and --region.
+    assert chief.image_uri == f"europe-west4-docker.pkg.dev/proj/trainer/train-{gpu}:latest"
+    assert [(e.name, e.value) for e in chief.env] == [
+        (bootstrap.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
     assert list(chief.args) == ["--train_data=gs://data/train-*", "--label=y", "--task=binary"]
     assert json.loads(proc.stdout)["jobSpec"]["baseOutputDirectory"] == {
         "outputUriPrefix": "gs://out/run-1"}
@@ -320,6 +376,17 @@ def test_dry_run_with_tuning_config_and_errors(tmp_path):
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith(
         "error: NVIDIA_TESLA_T4 on n1 machines comes in counts of")
+    retired = dry_run(f"--executor_image={RETIRED_IMAGE}")
+    assert retired.returncode == 2
+    assert retired.stderr.strip() == (
+        f"error: --executor_image={RETIRED_IMAGE} reached its end of availability on "
+        f"2026-07-11 and Vertex AI no longer accepts it ({images.SOURCE}); use the "
+        "package's own image (see containers/), the default without --executor_image")
+    baked = dry_run("--nostage_package", "--image=europe-west4-docker.pkg.dev/p/r/mine:v2")
+    assert baked.returncode == 0, baked.stderr[-2000:]
+    container = v1.CustomJob.from_json(baked.stdout).job_spec.worker_pool_specs[0] \
+        .container_spec
+    assert container.image_uri.endswith("/mine:v2") and not container.env
 
 
 def test_cloudbuild_steps_run_commands_of_this_repository():

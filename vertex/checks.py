@@ -5,8 +5,10 @@ Each check raises `jobs.JobError` with one line that names the flag and what fit
 
 from __future__ import annotations
 
+import datetime
 import re
 
+from vertex import images
 from vertex import jobs
 
 # Vertex accelerators by machine family, and the GPU counts each machine type takes.
@@ -19,9 +21,6 @@ FIXED_GPU_FAMILIES = {  # machine type prefix -> accelerator
     "a3-megagpu-": "NVIDIA_H100_MEGA_80GB", "a3-ultragpu-": "NVIDIA_H200_141GB",
     "g2-standard-": "NVIDIA_L4"}
 G2_GPUS = {"4": 1, "8": 1, "12": 1, "16": 1, "24": 2, "32": 1, "48": 4, "96": 8}
-# Prebuilt images: .../tf-cpu.2-17.py310:latest, .../tf-gpu.2-17.py310:latest
-IMAGE_TF = re.compile(r"/tf-(cpu|gpu)\.(\d+)-(\d+)")
-MIN_TF = (2, 16)  # Keras 3, which the trainer is written for
 
 
 def expected_gpus(machine_type: str) -> tuple[str, int] | None:
@@ -71,25 +70,41 @@ def check_workers(spec: jobs.JobSpec) -> None:
         raise jobs.JobError("--reduction_servers needs GPU workers (it uses NCCL)")
 
 
-def check_image(spec: jobs.JobSpec) -> None:
-    """The executor image must carry a TensorFlow the package supports, GPU if GPUs."""
-    m = IMAGE_TF.search(spec.executor_image)
-    if not m:
+def check_image(spec: jobs.JobSpec, today: datetime.date | None = None) -> None:
+    """The image must be one Vertex still accepts, carry a TensorFlow the package
+    supports, and be a GPU image if the job has GPUs."""
+    today = today or datetime.date.today()
+    flag, image = (("--executor_image", spec.executor_image) if spec.executor_image
+                   else ("--image", spec.image))
+    if not image:
+        raise jobs.JobError("--image is required (the package's training image)")
+    if spec.executor_image and not spec.package_uri:
+        raise jobs.JobError("--executor_image runs the staged package: it needs "
+                            "--stage_package")
+    why = images.retired(image, "training", today)
+    if why:
+        raise jobs.JobError(f"{flag}={why}; use the package's own image (see "
+                            "containers/), the default without --executor_image")
+    prebuilt = images.prebuilt(image, "training")
+    own = images.own_kind(image)
+    if prebuilt:
+        kind = prebuilt[0]  # every one older than 2.16 (Keras 3) is retired already
+    elif own:
+        if own[0] != "train":
+            raise jobs.JobError(f"{flag}={image} is the package's serving image; training "
+                                f"runs its train-{own[1]} image")
+        kind = own[1]
+    else:
         return  # a custom image: its TensorFlow is its owner's business
-    kind, version = m[1], (int(m[2]), int(m[3]))
-    if version < MIN_TF:
-        raise jobs.JobError(f"--executor_image={spec.executor_image} carries TensorFlow "
-                            f"{version[0]}.{version[1]}; the trainer needs "
-                            f"{MIN_TF[0]}.{MIN_TF[1]} or newer (Keras 3)")
     if spec.accelerator_count and kind == "cpu":
-        raise jobs.JobError(f"--executor_image={spec.executor_image} is a CPU image but the "
-                            f"job asks for GPUs; use e.g. {jobs.DEFAULT_GPU_IMAGE}")
+        raise jobs.JobError(f"{flag}={image} is a CPU image but the job asks for GPUs; use "
+                            "its GPU twin (train-gpu)")
 
 
 def check_all(spec: jobs.JobSpec) -> None:
     """Every check that needs no network."""
     for path, flag in ((spec.job_dir, "--job_dir"), (spec.package_uri, "--staging_dir")):
-        if not path.startswith("gs://"):
+        if path is not None and not path.startswith("gs://"):
             raise jobs.JobError(f"{flag}={path!r}: Vertex needs a gs:// location")
     check_workers(spec)
     check_machine(spec)

@@ -14,9 +14,9 @@ import dataclasses
 from google.cloud import aiplatform_v1 as v1
 from google.protobuf import duration_pb2
 
+from trainer import bootstrap
+
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
-DEFAULT_CPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
-DEFAULT_GPU_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest"
 # Metrics that are better smaller (errors and losses); the others are better larger.
 MINIMIZED = ("loss", "logLoss", "mae", "rmse", "meanAbsoluteError", "rootMeanSquaredError",
              "meanAbsolutePercentageError", "rootMeanSquaredLogError")
@@ -33,15 +33,22 @@ class JobError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
-    """What to run and where. `workers` counts training machines, chief included."""
+    """What to run and where. `workers` counts training machines, chief included.
+
+    The pools run `image` (the package's training image) through a containerSpec, with
+    the staged sdist at `package_uri` installed at start (None: the image's own copy of
+    the package runs); or, when `executor_image` is set, a python package spec of that
+    prebuilt image with the sdist.
+    """
 
     project: str
     region: str
     display_name: str
-    package_uri: str
+    package_uri: str | None
     job_dir: str
     trainer_args: tuple[str, ...] = ()
-    executor_image: str = DEFAULT_CPU_IMAGE
+    image: str = ""
+    executor_image: str | None = None
     machine_type: str = "n1-standard-8"
     accelerator_type: str | None = None
     accelerator_count: int = 0
@@ -72,15 +79,11 @@ def machine_spec(spec) -> v1.MachineSpec:
 
 def custom_job_spec(spec: JobSpec) -> v1.CustomJobSpec:
     """The job's pools, outputs and scheduling."""
-    package = v1.PythonPackageSpec(executor_image_uri=spec.executor_image,
-                                   package_uris=[spec.package_uri],
-                                   python_module="trainer.task", args=list(spec.trainer_args))
     pools = [v1.WorkerPoolSpec(machine_spec=machine_spec(spec), replica_count=1,
-                               python_package_spec=package)]
+                               **_program(spec))]
     if spec.workers > 1:
         pools.append(v1.WorkerPoolSpec(machine_spec=machine_spec(spec),
-                                       replica_count=spec.workers - 1,
-                                       python_package_spec=package))
+                                       replica_count=spec.workers - 1, **_program(spec)))
     if spec.reduction_servers:
         pools.append(v1.WorkerPoolSpec(
             machine_spec=v1.MachineSpec(machine_type=spec.reduction_server_machine_type),
@@ -104,6 +107,19 @@ def custom_job_spec(spec: JobSpec) -> v1.CustomJobSpec:
     if spec.tensorboard:
         job_spec.tensorboard = spec.tensorboard
     return job_spec
+
+
+def _program(spec: JobSpec) -> dict:
+    """What a training pool runs: the image's container, or the prebuilt image's
+    python package spec."""
+    if spec.executor_image:
+        return {"python_package_spec": v1.PythonPackageSpec(
+            executor_image_uri=spec.executor_image, package_uris=[spec.package_uri],
+            python_module="trainer.task", args=list(spec.trainer_args))}
+    env = ([v1.EnvVar(name=bootstrap.PACKAGE_ENV, value=spec.package_uri)]
+           if spec.package_uri else [])
+    return {"container_spec": v1.ContainerSpec(image_uri=spec.image,
+                                               args=list(spec.trainer_args), env=env)}
 
 
 def custom_job(spec: JobSpec) -> v1.CustomJob:

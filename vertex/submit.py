@@ -36,7 +36,8 @@ def console_link(name: str, project: str) -> str:
 
 
 def submit(spec: jobs.JobSpec, job, sdist: str, storage_client, job_client) -> str:
-    """Checks the data, uploads the sdist to spec.package_uri, creates `job`.
+    """Checks the data, uploads the sdist to spec.package_uri (if the job installs one),
+    creates `job`.
 
     Returns:
       The job's resource name.
@@ -45,8 +46,8 @@ def submit(spec: jobs.JobSpec, job, sdist: str, storage_client, job_client) -> s
     if data and data.startswith("gs://"):
         n = staging.check_data(storage_client, data)
         logging.info("--train_data matches %d object(s)", n)
-    staging_dir = spec.package_uri.rsplit("/", 1)[0]
-    staging.upload(storage_client, sdist, staging_dir)
+    if spec.package_uri:
+        staging.upload(storage_client, sdist, spec.package_uri.rsplit("/", 1)[0])
     if isinstance(job, v1.HyperparameterTuningJob):
         created = job_client.create_hyperparameter_tuning_job(
             parent=spec.parent, hyperparameter_tuning_job=job)

@@ -1,0 +1,84 @@
+"""Container images: the package's own (train and serve, CPU and GPU) and Google's
+retired prebuilt TensorFlow images, with the dates Vertex AI stops accepting them.
+
+The package's images are built from containers/Dockerfile by containers/cloudbuild.yaml
+into an Artifact Registry repository of the job's region, so their names follow from
+the project and the region. Google's prebuilt images are still accepted as an option
+until their end of availability; past it, Vertex refuses them, so the checks do too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+# Read 2026-12-03 from Vertex AI's documentation: "Supported frameworks list" (prebuilt
+# containers for custom training) and "Prebuilt containers for inference and explanation"
+# (prediction). No TensorFlow training image newer than 2.17, nor prediction image newer
+# than 2.15, exists.
+SOURCE = ("Vertex AI documentation, 'Supported frameworks list' and 'Prebuilt containers "
+          "for inference', read 2026-12-03")
+TRAINING_END_OF_AVAILABILITY = {
+    (2, 17): datetime.date(2026, 7, 11), (2, 16): datetime.date(2026, 6, 28),
+    (2, 14): datetime.date(2025, 9, 26), (2, 13): datetime.date(2025, 7, 5),
+    (2, 12): datetime.date(2025, 6, 30)}
+PREDICTION_END_OF_AVAILABILITY = {
+    (2, 15): datetime.date(2027, 1, 14), (2, 14): datetime.date(2027, 1, 14),
+    (2, 13): datetime.date(2025, 11, 28), (2, 12): datetime.date(2025, 6, 30),
+    (2, 11): datetime.date(2024, 11, 15), (2, 10): datetime.date(2024, 11, 15)}
+_PREBUILT = {"training": (re.compile(r"/vertex-ai/training/tf-(cpu|gpu)\.(\d+)-(\d+)"),
+                          TRAINING_END_OF_AVAILABILITY),
+             "prediction": (re.compile(r"/vertex-ai/prediction/tf2-(cpu|gpu)\.(\d+)-(\d+)"),
+                            PREDICTION_END_OF_AVAILABILITY)}
+# The package's images: <region>-docker.pkg.dev/<project>/<repository>/<role>-<cpu|gpu>
+ROLES = ("train", "serve")
+DEFAULT_REPOSITORY = "trainer"
+DEFAULT_TAG = "latest"
+_OWN = re.compile(r"/(train|serve)-(cpu|gpu)(:|@|$)")
+
+
+def own_image(project: str, region: str, role: str, gpu: bool,
+              repository: str = DEFAULT_REPOSITORY, tag: str = DEFAULT_TAG) -> str:
+    """The name of one of the package's images in the region's Artifact Registry."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r}: expected one of {ROLES}")
+    return (f"{region}-docker.pkg.dev/{project}/{repository}/{role}-"
+            f"{'gpu' if gpu else 'cpu'}:{tag}")
+
+
+def own_kind(image: str) -> tuple[str, str] | None:
+    """(role, 'cpu' or 'gpu') of an image named like the package's, else None."""
+    m = _OWN.search(image)
+    return (m[1], m[2]) if m else None
+
+
+def prebuilt(image: str, use: str) -> tuple[str, tuple[int, int]] | None:
+    """('cpu' or 'gpu', TF version) of one of Google's prebuilt TF images for `use`
+    ('training' or 'prediction'), else None."""
+    m = _PREBUILT[use][0].search(image)
+    return (m[1], (int(m[2]), int(m[3]))) if m else None
+
+
+def end_of_availability(image: str, use: str) -> datetime.date | None:
+    """The date Vertex stops accepting a prebuilt TF image for `use`; None for any other
+    image. A version missing from the table but older than a listed one is retired no
+    later than that one (versions are retired oldest first)."""
+    found = prebuilt(image, use)
+    if not found:
+        return None
+    table = _PREBUILT[use][1]
+    version = found[1]
+    if version in table:
+        return table[version]
+    later = [date for v, date in table.items() if v > version]
+    return min(later) if later else None
+
+
+def retired(image: str, use: str, today: datetime.date) -> str | None:
+    """One line saying why Vertex no longer accepts `image`, or None if it does."""
+    date = end_of_availability(image, use)
+    if date is None or date > today:
+        return None
+    exact = prebuilt(image, use)[1] in _PREBUILT[use][1]
+    return (f"{image} reached its end of availability {'on' if exact else 'by'} "
+            f"{date.isoformat()} and Vertex AI no longer accepts it ({SOURCE})")
