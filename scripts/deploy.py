@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from trainer import storage as storage_lib  # noqa: E402
 from vertex import deploy  # noqa: E402
 from vertex import exports  # noqa: E402
+from vertex import images  # noqa: E402
 from vertex import jobs  # noqa: E402
 from vertex import models  # noqa: E402
 
@@ -33,8 +34,12 @@ flags.DEFINE_string("model_dir", None, "gs:// export of trainer.task, e.g. <job_
 flags.DEFINE_string("display_name", None, "Model name; default: the export folder's parent.")
 flags.DEFINE_string("parent_model", None, "Model ID or resource name: upload a new version.")
 flags.DEFINE_list("labels", [], "key=value labels.")
-flags.DEFINE_string("serving_image", None, "Prediction image; default: the newest prebuilt "
-                    f"TF image, {exports.default_image(False)} (GPU with --accelerator_type).")
+flags.DEFINE_string("serving_image", None, "Prediction image; default: the package's own, "
+                    f"{exports.default_image('PROJECT', 'REGION', False)} (serve-gpu with "
+                    "--accelerator_type), built by containers/cloudbuild.yaml. A prebuilt TF "
+                    "image works until its end of availability, with a warning.")
+flags.DEFINE_string("repository", images.DEFAULT_REPOSITORY, "Artifact Registry repository "
+                    "of the default image.")
 flags.DEFINE_string("endpoint", None, "Endpoint ID or resource name to deploy to, or 'new'.")
 flags.DEFINE_string("machine_type", "n1-standard-2", "Serving machine type.")
 flags.DEFINE_integer("min_replicas", 1, "Serving replicas at least.")
@@ -66,7 +71,8 @@ def spec_from_flags() -> models.DeploySpec:
         project=FLAGS.project, region=FLAGS.region, model_dir=model_dir,
         # gs://B/jobs/run-1/model is named run-1, after its job.
         display_name=FLAGS.display_name or model_dir.split("/")[-2],
-        serving_image=FLAGS.serving_image or exports.default_image(bool(FLAGS.accelerator_type)),
+        serving_image=FLAGS.serving_image or exports.default_image(
+            FLAGS.project, FLAGS.region, bool(FLAGS.accelerator_type), FLAGS.repository),
         parent_model=FLAGS.parent_model, labels=parse_labels(FLAGS.labels),
         endpoint=FLAGS.endpoint, machine_type=FLAGS.machine_type,
         min_replicas=FLAGS.min_replicas, max_replicas=FLAGS.max_replicas,

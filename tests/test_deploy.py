@@ -5,6 +5,7 @@ by the real aiplatform_v1 types."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def exported(fake_gcs) -> dict[str, str]:
 
 def spec(model_dir: str, **overrides) -> models.DeploySpec:
     values = dict(project="proj", region="europe-west4", model_dir=model_dir,
-                  display_name="churn", serving_image=exports.default_image(False),
+                  display_name="churn",
+                  serving_image=exports.default_image("proj", "europe-west4", False),
                   labels=(("team", "ml"),))
     values.update(overrides)
     return models.DeploySpec(**values)
@@ -54,18 +56,40 @@ def test_inspect_names_a_folder_without_a_saved_model(store, exported):
         exports.inspect(store, exported["binary"].rsplit("/", 1)[0])
 
 
+PREBUILT_CPU = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+PREBUILT_GPU = "us-docker.pkg.dev/vertex-ai/prediction/tf2-gpu.2-15:latest"
+BEFORE_ITS_DATE = datetime.date(2027, 1, 13)
+
+
 @pytest.mark.parametrize("image, gpu, fragment", [
     ("us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-12:latest", False,
-     "runs TensorFlow 2.12, older than"),
-    ("us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest", True, "is a CPU image"),
-    ("us-docker.pkg.dev/vertex-ai/prediction/tf2-gpu.2-15:latest", False, "is a GPU image"),
+     "reached its end of availability on 2025-06-30"),
+    (PREBUILT_CPU, True, "is a CPU image"),
+    (PREBUILT_GPU, False, "is a GPU image"),
+    (exports.default_image("proj", "europe-west4", False), True, "is a CPU image"),
+    ("europe-west4-docker.pkg.dev/proj/trainer/train-gpu:latest", True,
+     "is the package's training image"),
 ])
 def test_serving_image_must_serve_the_export(store, exported, image, gpu, fragment):
     export = exports.inspect(store, exported["binary"])
     with pytest.raises(exports.ExportError, match=fragment):
-        exports.check_image(image, export, gpu)
-    exports.check_image(exports.default_image(gpu), export, gpu)  # the defaults fit
-    exports.check_image("europe-docker.pkg.dev/p/r/my-server:1", export, gpu)  # custom
+        exports.check_image(image, export, gpu, today=BEFORE_ITS_DATE)
+    # The defaults fit and need no warning; so does a custom image.
+    assert exports.check_image(exports.default_image("p", "us-east1", gpu), export, gpu) is None
+    assert exports.check_image("europe-docker.pkg.dev/p/r/my-server:1", export, gpu) is None
+
+
+def test_prebuilt_serving_image_warns_until_its_date_then_is_refused(store, exported):
+    export = exports.inspect(store, exported["binary"])
+    warning = exports.check_image(PREBUILT_CPU, export, False, today=BEFORE_ITS_DATE)
+    assert warning.startswith(f"--serving_image={PREBUILT_CPU} reaches its end of "
+                              "availability on 2027-01-14")
+    with pytest.raises(exports.ExportError, match=f"--serving_image={PREBUILT_CPU} reached "
+                                                  "its end of availability on 2027-01-14"):
+        exports.check_image(PREBUILT_CPU, export, False, today=datetime.date(2027, 1, 14))
+    # A prebuilt image is served as TF Serving is: no routes of ours.
+    assert models.container_spec(PREBUILT_CPU) == v1.ModelContainerSpec(
+        image_uri=PREBUILT_CPU)
 
 
 def test_upload_request_field_by_field(exported):
@@ -75,7 +99,10 @@ def test_upload_request_field_by_field(exported):
     m = request.model
     assert (m.display_name, m.artifact_uri) == ("churn", exported["binary"])
     assert m.container_spec.image_uri == (
-        "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest")
+        "europe-west4-docker.pkg.dev/proj/trainer/serve-cpu:latest")
+    assert [p.container_port for p in m.container_spec.ports] == [8080]
+    assert (m.container_spec.health_route, m.container_spec.predict_route) == (
+        "/health", "/predict")
     assert dict(m.labels) == {"team": "ml"}
 
 
@@ -143,7 +170,8 @@ class FakeServices:
 def test_register_and_deploy_to_a_new_endpoint(store, exported):
     s = spec(exported["binary"], endpoint="new", machine_type="n1-standard-4",
              min_replicas=1, max_replicas=3, accelerator_type="NVIDIA_TESLA_T4",
-             accelerator_count=1, serving_image=exports.default_image(True))
+             accelerator_count=1,
+             serving_image=exports.default_image("proj", "europe-west4", True))
     export = deploy.prepare(s, store)
     fake = FakeServices()
     result = deploy.run(s, export, fake, fake, fake)
@@ -222,6 +250,11 @@ def test_dry_run_prints_requests_the_real_types_accept(fake_gcs, exported, flags
              "deployedModel": v1.DeployedModel, "batchPredictionJob": v1.BatchPredictionJob}
     parsed = {k: types[k].from_json(json.dumps(v)) for k, v in out.items()}
     assert parsed["model"].artifact_uri == exported["binary"]
+    # No image flag: the package's serving image, its port and its routes.
+    assert out["model"]["containerSpec"] == {
+        "imageUri": "europe-west4-docker.pkg.dev/proj/trainer/serve-cpu:latest",
+        "ports": [{"containerPort": 8080}], "healthRoute": "/health",
+        "predictRoute": "/predict"}
     assert parsed["model"].display_name == "deploy-binary"  # the job folder's name
     assert "logLoss" in dict(parsed["modelEvaluation"].metrics)
     if "deployedModel" in parsed:
@@ -258,3 +291,15 @@ def test_submit_deploy_needs_stream():
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: --deploy needs --stream: the model exists once the job has succeeded")
+
+
+def test_dry_run_with_a_prebuilt_image_names_its_date(fake_gcs, exported):
+    proc = deploy_dry_run(fake_gcs, f"--model_dir={exported['binary']}",
+                          f"--serving_image={PREBUILT_CPU}")
+    if datetime.date.today() < datetime.date(2027, 1, 14):
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "reaches its end of availability on 2027-01-14" in proc.stderr
+        assert json.loads(proc.stdout)["model"]["containerSpec"] == {"imageUri": PREBUILT_CPU}
+    else:  # from that day on, refused
+        assert proc.returncode == 2
+        assert "reached its end of availability on 2027-01-14" in proc.stderr

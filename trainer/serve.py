@@ -51,12 +51,13 @@ def make_config(env: dict) -> server_lib.ServerConfig:
     if not storage_lib.is_gcs(path) and not os.path.isfile(os.path.join(path,
                                                                          "saved_model.pb")):
         raise ValueError(f"--model_dir={model_dir}: no saved_model.pb in {path}")
-    port = F.port if F.port is not None else env.get("AIP_HTTP_PORT", "8080")
+    port = F.port if F.port is not None else env.get("AIP_HTTP_PORT", str(server_lib.PORT))
     if not str(port).isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"port {port!r} (--port or $AIP_HTTP_PORT): expected 0-65535")
     routes = {}
-    for name, var, default in (("health_route", "AIP_HEALTH_ROUTE", "/health"),
-                               ("predict_route", "AIP_PREDICT_ROUTE", "/predict")):
+    for name, var, default in (("health_route", "AIP_HEALTH_ROUTE", server_lib.HEALTH_ROUTE),
+                               ("predict_route", "AIP_PREDICT_ROUTE",
+                                server_lib.PREDICT_ROUTE)):
         routes[name] = F[name].value or env.get(var) or default
         if not routes[name].startswith("/"):
             raise ValueError(f"--{name}={routes[name]!r} (or ${var}): expected a path "

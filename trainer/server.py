@@ -23,6 +23,11 @@ import socket
 import threading
 import time
 
+# The contract the serving image declares to Vertex (vertex/models.py) and the local
+# defaults; on Vertex the AIP_* variables carry them.
+PORT = 8080
+HEALTH_ROUTE = "/health"
+PREDICT_ROUTE = "/predict"
 # Vertex AI's limit on a request to a shared public endpoint.
 MAX_BODY_BYTES = 1_500_000
 # A client that stops sending mid-request frees its thread after this long.
@@ -37,9 +42,9 @@ class ServerConfig:
 
     model_dir: str                      # a path TensorFlow can open (gs:// included)
     host: str = "127.0.0.1"
-    port: int = 8080
-    health_route: str = "/health"
-    predict_route: str = "/predict"
+    port: int = PORT
+    health_route: str = HEALTH_ROUTE
+    predict_route: str = PREDICT_ROUTE
     max_body_bytes: int = MAX_BODY_BYTES
 
 

@@ -90,7 +90,7 @@ def register_job_model(project: str, region: str, job_dir: str, display_name: st
     spec = models.DeploySpec(project=project, region=region,
                              model_dir=f"{job_dir.rstrip('/')}/model",
                              display_name=display_name, labels=labels,
-                             serving_image=exports.default_image(gpu=False))
+                             serving_image=exports.default_image(project, region, gpu=False))
     return register(spec, prepare(spec, storage), model_client)
 
 
@@ -102,7 +102,9 @@ def prepare(spec: models.DeploySpec, storage) -> exports.Export:
     """
     models.check(spec)
     export = exports.inspect(storage, spec.model_dir)
-    exports.check_image(spec.serving_image, export, gpu=bool(spec.accelerator_type))
+    warning = exports.check_image(spec.serving_image, export, gpu=bool(spec.accelerator_type))
+    if warning:
+        logging.warning("%s", warning)
     return export
 
 

@@ -1,23 +1,23 @@
 """What Vertex AI prediction needs of an export, checked before anything is uploaded.
 
 `Model.upload(artifact_uri=...)` wants the SavedModel at the root of `artifact_uri`; online
-prediction calls `serving_default` only; the prebuilt prediction images run an older
-TensorFlow than training does. Each check raises `ExportError` naming what is wrong.
+prediction calls `serving_default` unless the body names another signature; Google's
+prebuilt prediction images, still an option until their end of availability, run an
+older TensorFlow than training does. Each check raises `ExportError` naming what is wrong.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 
 from trainer import storage as storage_lib
+from vertex import images
 
-# Vertex's prebuilt TensorFlow prediction images; 2.15 is the newest there is (there is
-# no 2.16+ image), and the oldest runtime CI serves this package's exports with.
-PREDICTION_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-{kind}.{major}-{minor}:latest"
-NEWEST_PREDICTION_TF = (2, 15)
+# The oldest TensorFlow CI serves this package's exports with: 2.15, the runtime of
+# Vertex's newest (and last) prebuilt TensorFlow prediction images.
 OLDEST_TESTED_SERVING_TF = (2, 15)
-IMAGE_TF = re.compile(r"/tf2-(cpu|gpu)\.(\d+)-(\d+)")
 # What the trainer exports (trainer/export.py) and Vertex calls.
 SIGNATURES = {"serving_default": ("examples",), "predict": None}  # None: the features
 
@@ -74,32 +74,54 @@ def inspect(storage: storage_lib.Storage, model_dir: str) -> Export:
                   signatures=signatures, task=config.get("task", ""), metrics=metrics)
 
 
-def default_image(gpu: bool) -> str:
-    """The newest prebuilt TF prediction image, CPU or GPU."""
-    major, minor = NEWEST_PREDICTION_TF
-    return PREDICTION_IMAGE.format(kind="gpu" if gpu else "cpu", major=major, minor=minor)
+def default_image(project: str, region: str, gpu: bool,
+                  repository: str = images.DEFAULT_REPOSITORY) -> str:
+    """The package's serving image in the region's Artifact Registry, CPU or GPU."""
+    return images.own_image(project, region, "serve", gpu, repository)
 
 
-def check_image(image: str, export: Export, gpu: bool) -> None:
-    """The serving image must run a TensorFlow that serves the export, on the right
-    hardware. A custom image (not a prebuilt TF one) is its owner's business."""
-    m = IMAGE_TF.search(image)
-    if not m:
-        return
-    kind, version = m[1], (int(m[2]), int(m[3]))
-    exported = _version(export.tensorflow_version)
-    if version < OLDEST_TESTED_SERVING_TF and version < exported:
-        raise ExportError(
-            f"--serving_image={image} runs TensorFlow {version[0]}.{version[1]}, older than "
-            f"the {export.tensorflow_version} that exported {export.model_dir}; exports are "
-            f"tested to serve on {OLDEST_TESTED_SERVING_TF[0]}.{OLDEST_TESTED_SERVING_TF[1]} "
-            f"and newer: use {default_image(gpu)}")
+def check_image(image: str, export: Export, gpu: bool,
+                today: datetime.date | None = None) -> str | None:
+    """The serving image must be one Vertex still accepts, run a TensorFlow that serves
+    the export, on the right hardware. A custom image is its owner's business.
+
+    Returns:
+      A warning (one line) for a prebuilt image that still works but not for long.
+    """
+    why = images.retired(image, "prediction", today or datetime.date.today())
+    if why:
+        raise ExportError(f"--serving_image={why}; use the package's serving image, the "
+                          "default")
+    own, prebuilt = images.own_kind(image), images.prebuilt(image, "prediction")
+    if own:
+        if own[0] != "serve":
+            raise ExportError(f"--serving_image={image} is the package's training image; "
+                              f"models are served by its serve-{own[1]} image")
+        kind = own[1]
+    elif prebuilt:
+        kind, version = prebuilt
+        exported = _version(export.tensorflow_version)
+        if version < OLDEST_TESTED_SERVING_TF and version < exported:
+            raise ExportError(
+                f"--serving_image={image} runs TensorFlow {version[0]}.{version[1]}, older "
+                f"than the {export.tensorflow_version} that exported {export.model_dir}; "
+                "exports are tested to serve on "
+                f"{OLDEST_TESTED_SERVING_TF[0]}.{OLDEST_TESTED_SERVING_TF[1]} and newer")
+    else:
+        return None
     if gpu and kind == "cpu":
         raise ExportError(f"--serving_image={image} is a CPU image but --accelerator_type "
-                          f"asks for GPUs; use {default_image(True)}")
+                          "asks for GPUs; use its GPU twin")
     if not gpu and kind == "gpu":
         raise ExportError(f"--serving_image={image} is a GPU image but no --accelerator_type "
-                          f"is given; use {default_image(False)} or add a GPU")
+                          "is given; use its CPU twin or add a GPU")
+    if prebuilt:
+        date = images.end_of_availability(image, "prediction")
+        return (f"--serving_image={image} reaches its end of availability on "
+                f"{date.isoformat()}: from then on Vertex AI refuses new deployments of it "
+                "and may delete existing ones; the package's own serving image is the "
+                "default")
+    return None
 
 
 def _version(text: str) -> tuple[int, int]:

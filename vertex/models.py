@@ -14,7 +14,9 @@ import re
 
 from google.cloud import aiplatform_v1 as v1
 
+from trainer import server
 from vertex import exports
+from vertex import images
 from vertex import jobs
 
 SCHEMAS = "gs://google-cloud-aiplatform/schema/modelevaluation"
@@ -99,10 +101,21 @@ def check(spec: DeploySpec) -> None:
                             "both, or neither")
 
 
+def container_spec(image: str) -> v1.ModelContainerSpec:
+    """How Vertex runs the serving image: the package's server (any image but Google's
+    prebuilt ones, whose TF Serving has its own routes) on its port and routes, which
+    Vertex hands back to it as AIP_HTTP_PORT, AIP_HEALTH_ROUTE and AIP_PREDICT_ROUTE."""
+    if images.prebuilt(image, "prediction"):
+        return v1.ModelContainerSpec(image_uri=image)
+    return v1.ModelContainerSpec(image_uri=image, ports=[v1.Port(container_port=server.PORT)],
+                                 health_route=server.HEALTH_ROUTE,
+                                 predict_route=server.PREDICT_ROUTE)
+
+
 def model(spec: DeploySpec) -> v1.Model:
     """The Model Registry entry: the export at `artifact_uri`, served by the image."""
     return v1.Model(display_name=spec.display_name, artifact_uri=spec.model_dir,
-                    container_spec=v1.ModelContainerSpec(image_uri=spec.serving_image),
+                    container_spec=container_spec(spec.serving_image),
                     labels=dict(spec.labels))
 
 
