@@ -20,6 +20,7 @@ import http.server
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 
@@ -187,6 +188,15 @@ class Server(http.server.ThreadingHTTPServer):
         self.config = config
         self.slot = slot
         super().__init__((config.host, config.port), Handler)
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away is no error of the server's; anything else is one
+        line, not socketserver's traceback on stderr."""
+        kind, error = sys.exc_info()[:2]
+        if kind and issubclass(kind, (ConnectionError, TimeoutError)):
+            return
+        logging.error("connection from %s:%s failed: %s: %s", *client_address[:2],
+                      getattr(kind, "__name__", kind), error)
 
     def server_bind(self) -> None:
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
