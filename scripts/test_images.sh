@@ -50,6 +50,7 @@ build=("${buildah[@]}" bud --isolation chroot --layers --build-arg "BASE=$base"
 for target in train serve; do
   echo "building the $target image" >&2
   image=$train; [ "$target" = serve ] && image=$serve
+  mkdir -p "$root/.local"
   "${build[@]}" --target "$target" -t "$image" . > "$root/.local/images-$target.log" 2>&1 \
     || { tail -30 "$root/.local/images-$target.log" >&2; exit 1; }
 done
@@ -60,9 +61,17 @@ containers=()
 cleanup() {
   pkill -f "trainer.serve --fake_gcs_root=$work" 2>/dev/null || true
   for c in "${containers[@]}"; do "${buildah[@]}" rm "$c" >/dev/null 2>&1 || true; done
+  # Layers of older builds that no tag names any more: 2 GB each with vfs.
+  "${buildah[@]}" rmi --prune >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+# The entry point of image $1 as JSON, from its OCI config.
+entrypoint_of() {
+  "${buildah[@]}" inspect --type image "$1" | python3 -c "import json, sys; \
+print(json.dumps(json.load(sys.stdin)['OCIv1']['config']['Entrypoint']))"
+}
 
 # Runs the entry point of image $1 (from its config, as Vertex would) with the remaining
 # arguments, the work folder mounted at the same path, loopback shared.
@@ -71,8 +80,8 @@ run_entrypoint() {
   shift
   container=$("${buildah[@]}" from --pull-never "$image")
   containers+=("$container")
-  entrypoint=$("${buildah[@]}" inspect --type image --format '{{json .OCIv1.Config.Entrypoint}}' \
-    "$image" | python3 -c "import json, sys; print(' '.join(json.load(sys.stdin)))")
+  entrypoint=$(entrypoint_of "$image" | python3 -c "import json, sys; \
+print(' '.join(json.load(sys.stdin)))")
   "${buildah[@]}" run --isolation chroot --network host -v "$work:$work" \
     "${RUN_ENV[@]}" "$container" -- $entrypoint "$@"
 }
@@ -88,7 +97,8 @@ for task in regression binary multiclass; do
   containers+=("$container")
   "${buildah[@]}" run --isolation chroot --network host -v "$work:$work" "$container" -- \
     python -m trainer.sample_data --fake_gcs_root="$gcs" --output="gs://bucket/$task" \
-    --task="$task" --train_examples=2000 --eval_examples=500 >/dev/null
+    --task="$task" --train_examples=2000 --eval_examples=500 > "$work/data-$task.log" 2>&1 \
+    || { tail -30 "$work/data-$task.log" >&2; exit 1; }
   run_entrypoint "$train" --fake_gcs_root="$gcs" --train_data="gs://bucket/$task/train-*" \
     --eval_data="gs://bucket/$task/eval-*" --label=label --task="$task" \
     --job_dir="gs://bucket/jobs/$task" --train_steps=300 --seed=1 > "$work/train-$task.log" 2>&1 \
@@ -108,8 +118,7 @@ serve_command() {
   echo "${buildah[*]} run --isolation chroot --network host -v $work:$work $container --"
 }
 export IMAGE_SERVE_PREFIX="$(serve_command)"
-export IMAGE_SERVE_ENTRYPOINT="$("${buildah[@]}" inspect --type image --format \
-  '{{json .OCIv1.Config.Entrypoint}}' "$serve")"
+export IMAGE_SERVE_ENTRYPOINT="$(entrypoint_of "$serve")"
 export IMAGE_GCS_ROOT="$gcs"
 source "$root/scripts/env.sh"
 python -m pytest tests/image_serving.py -q -s -p no:cacheprovider "$@"

@@ -402,7 +402,33 @@ def test_cloudbuild_steps_run_commands_of_this_repository():
         for path in paths:
             assert os.path.exists(os.path.join(REPO, path)), path
     substitutions = set(build["substitutions"])
-    assert {"_REGION", "_BUCKET", "_EXECUTOR_IMAGE"} <= substitutions
+    assert {"_REGION", "_BUCKET", "_REPOSITORY"} <= substitutions
     used = {w for s in steps for a in s.get("args", []) for w in a.split("$")}
     for name in substitutions:
         assert any(u.startswith("{" + name + "}") for u in used), name
+
+
+def test_container_build_pushes_the_images_submit_and_deploy_name():
+    with open(os.path.join(REPO, "containers", "cloudbuild.yaml")) as f:
+        build = yaml.safe_load(f)
+    values = {"${_REGION}": "r", "$PROJECT_ID": "p", "${_TAG}": images.DEFAULT_TAG,
+              "${_REPOSITORY}": images.DEFAULT_REPOSITORY}
+
+    def resolve(text: str) -> str:
+        for key, value in values.items():
+            text = text.replace(key, value)
+        return text
+
+    expected = {images.own_image("p", "r", role, gpu) for role in images.ROLES
+                for gpu in (False, True)}
+    assert {resolve(i) for i in build["images"]} == expected
+    for step in build["steps"]:
+        args = step["args"]
+        target = args[args.index("--target") + 1]
+        variant = args[args.index("--build-arg") + 1].split("=")[1]
+        tag = resolve(args[args.index("-t") + 1])
+        assert images.own_kind(tag) == (target, variant)  # the image is what it is named
+        assert args[args.index("-f") + 1] == "containers/Dockerfile"
+    with open(os.path.join(REPO, "containers", "Dockerfile")) as f:
+        dockerfile = f.read()
+    assert "AS train" in dockerfile and "FROM train AS serve" in dockerfile
