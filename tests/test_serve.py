@@ -77,12 +77,15 @@ def servers(exported) -> dict[str, Server]:
     """task -> a ready server of its export. The binary one is configured as Vertex
     configures a container: every setting from AIP_* variables, the model from gs://."""
     gcs_root = exported["binary"].split(f"/{BUCKET}/")[0]
-    started = {task: Server(f"--model_dir={exported[task]}", "--port=0")
-               for task in TASKS if task != "binary"}
-    started["binary"] = Server(
+    binary = Server(
         f"--fake_gcs_root={gcs_root}", AIP_HTTP_PORT="0",
         AIP_STORAGE_URI=f"gs://{BUCKET}/jobs/exported-binary/model",
         AIP_HEALTH_ROUTE="/v1/health", AIP_PREDICT_ROUTE="/v1/models/m:predict")
+    # At once: it listens before TensorFlow has started, which takes seconds.
+    binary.health_statuses.append(binary.request("GET", "/v1/health")[0])
+    started = {task: Server(f"--model_dir={exported[task]}", "--port=0")
+               for task in TASKS if task != "binary"}
+    started["binary"] = binary
     try:
         for task, server in started.items():
             server.wait_ready("/v1/health" if task == "binary" else "/health")
