@@ -8,8 +8,8 @@ keep-alive connection sending one request after another), bodies of 1 and of 100
 serialized examples, for a fixed time each: requests/s, instances/s, p50/p99 latency.
 The ceiling is the same model called in-process on the same batches (`serving_default`
 on tensors, no HTTP, no JSON), in as many threads as the machine has cores. Without
---endpoint it starts one server per --tf_threads value, so the thread settings are
-compared in the same run. The clients run in this process and share the machine's
+--endpoint it starts one server per --servers setting (processes, TensorFlow threads), so
+they are compared in the same run. The clients run in this process and share the machine's
 cores with the server: on 2 cores the figures are what one machine does for both.
 """
 
@@ -38,8 +38,10 @@ flags.DEFINE_string("examples", None, "TFRecord glob whose records make the bodi
 flags.DEFINE_string("endpoint", None, "A running server to load instead of starting one.")
 flags.DEFINE_list("clients", ["1", "8", "64"], "Concurrent clients.")
 flags.DEFINE_list("instances", ["1", "100"], "Instances per request body.")
-flags.DEFINE_list("tf_threads", ["0", "1"], "trainer.serve --tf_threads values to compare "
-                  "(0: TensorFlow's default).")
+flags.DEFINE_list("servers", ["processes=1,tf_threads=0", "processes=1,tf_threads=1",
+                                "processes=2,tf_threads=1"],
+                  "trainer.serve settings to compare, each 'flag=value,flag=value' "
+                  "(tf_threads 0: TensorFlow's default).")
 flags.DEFINE_float("duration_s", 4.0, "Seconds of load per row.")
 flags.DEFINE_string("output", "benchmarks/results/serving.json", "JSON results.")
 
@@ -113,10 +115,12 @@ def body_of(records: list[bytes]) -> bytes:
                                      for r in records]}).encode()
 
 
-def start_server(model_dir: str, tf_threads: int) -> tuple[subprocess.Popen, str]:
-    """`python -m trainer.serve` on a free loopback port, once ready."""
+def start_server(model_dir: str, settings: str) -> tuple[subprocess.Popen, str]:
+    """`python -m trainer.serve` with `settings` ('flag=value,...') on a free loopback
+    port, once ready."""
+    extra = [f"--{s.strip()}" for s in settings.split(",") if s.strip()]
     proc = subprocess.Popen([sys.executable, "-m", "trainer.serve", f"--model_dir={model_dir}",
-                             "--port=0", f"--tf_threads={tf_threads}"], cwd=REPO,
+                             "--port=0", *extra], cwd=REPO,
                             stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": REPO})
     line = proc.stdout.readline()
@@ -163,7 +167,7 @@ def format_row(r: dict) -> str:
              if r.get("ceiling_instances_per_s") else "")
     ceiling = (f"{r['ceiling_instances_per_s']:>11,.0f}" if r.get("ceiling_instances_per_s")
                else " " * 11)
-    return (f"{r['server']:<14} {r['instances']:>4} inst {r['clients']:>3} clients "
+    return (f"{r['server']:<26} {r['instances']:>4} inst {r['clients']:>3} clients "
             f"{r['requests_per_s']:>9,.0f} req/s {r['instances_per_s']:>10,.0f} inst/s "
             f"p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  "
             f"ceiling {ceiling} inst/s {ratio}  errors {r['errors']}")
@@ -190,11 +194,11 @@ def main(argv: list[str]) -> int:
         results += rows(FLAGS.endpoint, records, model, clients, instances, FLAGS.duration_s,
                         "endpoint")
     else:
-        for threads in FLAGS.tf_threads:
-            proc, endpoint = start_server(FLAGS.model_dir, int(threads))
+        for settings in FLAGS.servers:
+            proc, endpoint = start_server(FLAGS.model_dir, settings)
             try:
                 results += rows(endpoint, records, model, clients, instances,
-                                FLAGS.duration_s, f"tf_threads={threads}")
+                                FLAGS.duration_s, settings)
             finally:
                 proc.terminate()
                 proc.wait()

@@ -286,3 +286,34 @@ def test_a_model_that_does_not_load_ends_the_server_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot load the model in "
                                                    f"{tmp_path}: "), proc.stderr
     assert os.path.basename(str(tmp_path)) in lines[0]
+
+
+def children_of(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def test_processes_share_the_port_and_stop_together(exported, store):
+    server = Server(f"--model_dir={exported['multiclass']}", "--port=0", "--processes=2")
+    try:
+        server.wait_ready()
+        (child,) = children_of(server.proc.pid)
+        body = predict.vertex_body(read_records(store, data_globs("multiclass")[1], 3))
+        answers = [server.request("POST", "/predict", body) for _ in range(20)]
+        assert all(a == answers[0] for a in answers) and answers[0][0] == 200
+    finally:
+        server.stop()  # SIGTERM to the parent
+    assert server.proc.returncode == 0
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{child}"), "the worker process outlived its parent"
+    assert "Traceback" not in server.proc.stderr.read()
+
+
+def test_a_model_that_does_not_load_in_two_processes_is_still_one_line(tmp_path):
+    (tmp_path / "saved_model.pb").write_bytes(b"not a SavedModel")
+    proc = run_serve(f"--model_dir={tmp_path}", "--port=0", "--processes=2")
+    assert proc.returncode == 1
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: cannot load the model in ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 from absl import app
@@ -32,6 +33,8 @@ flags.DEFINE_string("health_route", None, "Default: $AIP_HEALTH_ROUTE, else /hea
 flags.DEFINE_string("predict_route", None, "Default: $AIP_PREDICT_ROUTE, else /predict.")
 flags.DEFINE_integer("max_body_bytes", server_lib.MAX_BODY_BYTES, "Larger bodies get 413 "
                      "(Vertex's own limit on shared public endpoints is 1.5 MB).")
+flags.DEFINE_integer("processes", 1, "Server processes on the one port, each with the "
+                     "model; 0: one per core.")
 flags.DEFINE_integer("tf_threads", 0, "TensorFlow's threads within one op (intra-op) and "
                      "across ops (inter-op); 0: TensorFlow's default, one per core.")
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
@@ -66,9 +69,12 @@ def make_config(env: dict) -> server_lib.ServerConfig:
         raise ValueError(f"--max_body_bytes={F.max_body_bytes}: expected 1 or more")
     if F.tf_threads < 0:
         raise ValueError(f"--tf_threads={F.tf_threads}: expected 0 or more")
+    if F.processes < 0:
+        raise ValueError(f"--processes={F.processes}: expected 0 (one per core) or more")
     host = F.host or ("0.0.0.0" if env.get("AIP_HTTP_PORT") else "127.0.0.1")
     return server_lib.ServerConfig(model_dir=path, host=host, port=int(port),
-                                   max_body_bytes=F.max_body_bytes, **routes)
+                                   max_body_bytes=F.max_body_bytes,
+                                   processes=F.processes or os.cpu_count() or 1, **routes)
 
 
 def main(argv: list[str]) -> int:
@@ -90,6 +96,8 @@ def main(argv: list[str]) -> int:
         # Read by TensorFlow's runtime when it starts, which is after this (in the loader).
         os.environ["TF_NUM_INTRAOP_THREADS"] = str(F.tf_threads)
         os.environ["TF_NUM_INTEROP_THREADS"] = str(F.tf_threads)
+    # Vertex stops a container with SIGTERM: unwind, so worker processes are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         error = server_lib.serve(config)
     except OSError as e:

@@ -19,10 +19,13 @@ import dataclasses
 import http.server
 import json
 import logging
+import os
 import socket
 import sys
 import threading
 import time
+
+from trainer import prefork
 
 # The contract the serving image declares to Vertex (vertex/models.py) and the local
 # defaults; on Vertex the AIP_* variables carry them.
@@ -47,16 +50,18 @@ class ServerConfig:
     health_route: str = HEALTH_ROUTE
     predict_route: str = PREDICT_ROUTE
     max_body_bytes: int = MAX_BODY_BYTES
+    processes: int = 1                  # worker processes on the one socket (prefork.py)
 
 
 class ModelSlot:
     """The model, once loaded: `get()` is None until then. Loading happens in a thread so
-    the server answers health checks (503) meanwhile."""
+    the server answers health checks (503) meanwhile; `readiness` tells whether every
+    process of the server has its model."""
 
-    def __init__(self):
+    def __init__(self, readiness: prefork.Readiness):
         self._model = None
         self.error: str | None = None
-        self.ready = threading.Event()
+        self.readiness = readiness
 
     def get(self):
         return self._model
@@ -79,7 +84,6 @@ class ModelSlot:
             lines = (getattr(e, "message", "") or str(e)).strip().splitlines()
             self.error = f"cannot load the model in {model_dir}: " + (
                 lines[0] if lines else type(e).__name__)
-            self.ready.set()
             return
         try:
             # The first call of a signature builds its runtime state: pay it before the
@@ -89,9 +93,10 @@ class ModelSlot:
             logging.warning("warm-up call failed (%s); the first request pays it instead",
                             type(e).__name__)
         self._model = model
-        logging.info("model %s loaded in %.1f s; serving", model_dir,
-                     time.monotonic() - started)
-        self.ready.set()
+        self.readiness.set()
+        if self.readiness.index == 0:
+            logging.info("model %s loaded in %.1f s; serving", model_dir,
+                         time.monotonic() - started)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -105,7 +110,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path != self.server.config.health_route:
             return self._send(404, {"error": f"no route {self.path}; health is "
                                              f"{self.server.config.health_route}"})
-        if self.server.slot.get() is None:
+        if self.server.slot.get() is None or not self.server.slot.readiness.all():
             return self._send(503, {"error": "the model is loading"})
         self._send(200, {"status": "ready"})
 
@@ -203,20 +208,28 @@ class Server(http.server.ThreadingHTTPServer):
         super().server_bind()
 
 
-def serve(config: ServerConfig, slot: ModelSlot | None = None,
-          on_listening=None) -> str | None:
-    """Listens on config.port, loads the model, answers until the model fails to load or
-    the process is stopped.
+def serve(config: ServerConfig) -> str | None:
+    """Listens on config.port with config.processes processes, each loading the model and
+    answering, until a model fails to load or the server is stopped (SIGTERM).
 
     Returns:
-      None when shut down, or the load error (one line) if the model could not load.
+      None when stopped; one line if the model could not load or a worker process
+      ended. Worker processes never return: they exit.
     """
-    slot = slot or ModelSlot()
+    readiness = prefork.Readiness(config.processes)
+    slot = ModelSlot(readiness)
     server = Server(config, slot)
     logging.info("listening on %s:%d (health %s, predict %s)", config.host,
                  server.server_address[1], config.health_route, config.predict_route)
-    if on_listening:
-        on_listening(server)
+    workers = prefork.Workers(readiness)
+    child_error: list[str] = []
+
+    def on_child_exit(index: int, code: int) -> None:
+        child_error.append(f"worker process {index} of {config.processes} exited with code "
+                           f"{code}")
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    workers.fork(config.processes, on_child_exit)
 
     def load_then_check() -> None:
         slot.load(config.model_dir)
@@ -228,4 +241,7 @@ def serve(config: ServerConfig, slot: ModelSlot | None = None,
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
-    return slot.error
+        workers.stop()
+        if not workers.is_parent:  # the parent speaks for the server
+            os._exit(1 if slot.error else 0)
+    return slot.error or (child_error[0] if child_error else None)
