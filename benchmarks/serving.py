@@ -8,7 +8,7 @@ keep-alive connection sending one request after another), bodies of 1 and of 100
 serialized examples, for a fixed time each: requests/s, instances/s, p50/p99 latency.
 The ceiling is the same model called in-process on the same batches (`serving_default`
 on tensors, no HTTP, no JSON), in as many threads as the machine has cores. Without
---endpoint it starts one server per --servers setting (processes, TensorFlow threads), so
+--endpoint it starts one server per --server setting (processes, TensorFlow threads), so
 they are compared in the same run. The clients run in this process and share the machine's
 cores with the server: on 2 cores the figures are what one machine does for both.
 """
@@ -38,10 +38,11 @@ flags.DEFINE_string("examples", None, "TFRecord glob whose records make the bodi
 flags.DEFINE_string("endpoint", None, "A running server to load instead of starting one.")
 flags.DEFINE_list("clients", ["1", "8", "64"], "Concurrent clients.")
 flags.DEFINE_list("instances", ["1", "100"], "Instances per request body.")
-flags.DEFINE_list("servers", ["processes=1,tf_threads=0", "processes=1,tf_threads=1",
-                                "processes=2,tf_threads=1"],
-                  "trainer.serve settings to compare, each 'flag=value,flag=value' "
-                  "(tf_threads 0: TensorFlow's default).")
+flags.DEFINE_multi_string("server", ["processes=1", "processes=2 tf_threads=2",
+                                      "processes=0"],
+                          "trainer.serve settings to compare (repeatable), each "
+                          "'flag=value flag=value'; processes=0 is the default, one per "
+                          "core with the cores shared out as TensorFlow threads.")
 flags.DEFINE_float("duration_s", 4.0, "Seconds of load per row.")
 flags.DEFINE_string("output", "benchmarks/results/serving.json", "JSON results.")
 
@@ -116,9 +117,9 @@ def body_of(records: list[bytes]) -> bytes:
 
 
 def start_server(model_dir: str, settings: str) -> tuple[subprocess.Popen, str]:
-    """`python -m trainer.serve` with `settings` ('flag=value,...') on a free loopback
-    port, once ready."""
-    extra = [f"--{s.strip()}" for s in settings.split(",") if s.strip()]
+    """`python -m trainer.serve` with `settings` ('flag=value flag=value') on a free
+    loopback port, once ready."""
+    extra = [f"--{s}" for s in settings.split()]
     proc = subprocess.Popen([sys.executable, "-m", "trainer.serve", f"--model_dir={model_dir}",
                              "--port=0", *extra], cwd=REPO,
                             stdout=subprocess.PIPE, text=True,
@@ -194,7 +195,7 @@ def main(argv: list[str]) -> int:
         results += rows(FLAGS.endpoint, records, model, clients, instances, FLAGS.duration_s,
                         "endpoint")
     else:
-        for settings in FLAGS.servers:
+        for settings in FLAGS.server:
             proc, endpoint = start_server(FLAGS.model_dir, settings)
             try:
                 results += rows(endpoint, records, model, clients, instances,
