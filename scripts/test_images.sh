@@ -9,7 +9,7 @@
 #  4. the serving image's entry point serves each export on loopback and
 #     tests/image_serving.py checks its answers against the model in-process, its faults
 #     and its load figures.
-# Needs root (debootstrap, buildah's chroot isolation). podman run cannot start containers
+# Needs root (debootstrap, buildah's chroot isolation, overlay mounts). podman run cannot start containers
 # in this sandbox (crun cannot set RLIMIT_NPROC), so `buildah run --isolation chroot` runs
 # them, with the image's own entry point read from its config.
 set -euo pipefail
@@ -26,7 +26,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-buildah=(buildah --storage-driver=vfs)
+# Overlay storage where the kernel allows it (a code change then rebuilds in seconds), vfs
+# (full copies, always works) where it does not; each in a store of its own.
+storage() {
+  echo --storage-driver="$1" --root="/var/lib/containers/trainer-$1" \
+    --runroot="/run/containers/trainer-$1"
+}
+driver=vfs
+probe=$(buildah $(storage overlay) from scratch 2>/dev/null) \
+  && buildah $(storage overlay) mount "$probe" >/dev/null 2>&1 && driver=overlay
+[ -n "${probe:-}" ] && buildah $(storage overlay) rm "$probe" >/dev/null 2>&1 || true
+buildah=(buildah $(storage "$driver"))
+echo "buildah storage: $driver" >&2
 base=localhost/trainer-base:bookworm
 train=localhost/trainer/train-cpu
 serve=localhost/trainer/serve-cpu
@@ -35,7 +46,7 @@ if ! "${buildah[@]}" inspect --type image "$base" >/dev/null 2>&1; then
   echo "making the base image $base with debootstrap" >&2
   rootfs="$(mktemp -d)/rootfs"
   debootstrap --variant=minbase bookworm "$rootfs" >/dev/null
-  tar -C "$rootfs" -c . | podman --storage-driver=vfs import - "$base" >/dev/null
+  tar -C "$rootfs" -c . | podman $(storage "$driver") import - "$base" >/dev/null
   rm -rf "$(dirname "$rootfs")"
 fi
 
@@ -61,7 +72,7 @@ containers=()
 cleanup() {
   pkill -f "trainer.serve --fake_gcs_root=$work" 2>/dev/null || true
   for c in "${containers[@]}"; do "${buildah[@]}" rm "$c" >/dev/null 2>&1 || true; done
-  # Layers of older builds that no tag names any more: 2 GB each with vfs.
+  # Layers of older builds that no tag names any more (2 GB each with vfs).
   "${buildah[@]}" rmi --prune >/dev/null 2>&1 || true
   rm -rf "$work"
 }
