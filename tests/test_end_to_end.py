@@ -80,6 +80,11 @@ def test_three_workers_match_one_process(fake_gcs, job_uri, store, tmp_path,
                         for (t, i), s in zip(tasks, scratch)])
     assert "strategy MultiWorkerMirroredStrategy with 3 replica(s) in sync" in logs[0]
     assert "TF_CONFIG names 3 training task(s), this is worker 1" in logs[2]
+    # Counted in each worker's compiled loop: the gradients' all-reduce is the one
+    # cross-worker collective of a step; the loss is reduced once per loop (it took
+    # 3 per step before: the loss, and an is-there-still-data check per next()).
+    for log in logs:
+        assert "the compiled loop waits on 1 collective(s) per step and 1 per loop" in log
 
     records = read_records(store, data_globs("binary")[1], 64)
     np.testing.assert_allclose(predictions(store, f"{job_uri}/model", records),

@@ -89,6 +89,18 @@ def test_sharding_choice(policy, files, shards, expected):
 
 
 @pytest.mark.parametrize("cache", CACHES)
+def test_the_training_stream_is_known_to_be_infinite(store, cache):
+    """So a distributed iterator over it runs no per-step all-reduce asking whether every
+    worker still has data; evaluation data stays finite (it must end)."""
+    files, schema = infer(store, data_globs("binary")[0], "binary")
+    paths = [store.path(f) for f in files]
+    train = inputs.make_dataset(paths, schema, batch_size=8, training=True, cache=cache)
+    assert train.cardinality() == tf.data.INFINITE_CARDINALITY
+    evaluation = inputs.make_dataset(paths, schema, batch_size=8, training=False)
+    assert evaluation.cardinality() != tf.data.INFINITE_CARDINALITY
+
+
+@pytest.mark.parametrize("cache", CACHES)
 def test_seed_makes_order_deterministic(store, cache):
     files, schema = infer(store, data_globs("binary")[0], "binary")
     paths = [store.path(f) for f in files]

@@ -1,6 +1,8 @@
 """The claim at the heart of the package: eager and compiled loops, one replica or two,
 train to the same weights. Stated tolerances are maximum absolute differences."""
 
+import logging
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -119,3 +121,16 @@ def test_unset_train_steps_are_decided_from_the_data(fake_gcs, job_uri, store):
                       batch_size=4)
     assert result.step == 1280  # 10 epochs of 512 records, 4 at a time
     assert store.read_json(f"{job_uri}/model/config.json")["train_steps"] == 1280
+
+
+def test_one_all_reduce_per_step_under_mirrored_strategy(fake_gcs, job_uri,
+                                                         mirrored_two_cpus, caplog):
+    """Counted in the compiled loop's graph: the gradients go in one packed all-reduce,
+    the loss stays local until the loop's end (trainer/collectives.py). The
+    multi-worker count is in test_end_to_end's cluster test."""
+    caplog.set_level(logging.INFO)
+    train(fake_gcs, job_uri, mirrored_two_cpus, task="multiclass")
+    lines = [r.getMessage() for r in caplog.records if "collective(s) per step" in
+             r.getMessage()]
+    assert lines == ["the compiled loop waits on 1 collective(s) per step and 0 per loop of "
+                     "10 steps"]

@@ -204,6 +204,10 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
         ds = ds.rebatch(batch_size, drop_remainder=True)
     if select:
         ds = ds.map(select, num_parallel_calls=AUTOTUNE, deterministic=True)
+    # The stream never ends (epochs up to 2**62), but tf.data cannot tell through the
+    # flat_map: said here, a distributed iterator skips the all-reduce it otherwise runs
+    # on every step to learn whether every worker still has data.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     return ds.with_options(options).prefetch(AUTOTUNE)
 
 

@@ -191,6 +191,11 @@ class _Job:
                 shard_by=config.shard_by, start_step=step, cache=cache,
                 skip_corrupt=config.skip_corrupt_records)
         iterator = iter(dataset)
+        if self.strategy.num_replicas_in_sync > 1 and not config.run_eagerly:
+            per_step, per_loop = self.loops.collectives_per_step(
+                iterator, min(config.steps_per_loop, config.train_steps - step))
+            logging.info("the compiled loop waits on %g collective(s) per step and %g per "
+                         "loop of %d steps", per_step, per_loop, config.steps_per_loop)
         writer = self._summary_writer()
         progress = progress_lib.Progress(config.train_steps, config.batch_size, step)
         loss = float("nan")

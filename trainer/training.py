@@ -14,6 +14,7 @@ import logging
 import keras
 import tensorflow as tf
 
+from trainer import collectives
 from trainer import heads
 from trainer import metrics
 
@@ -106,12 +107,28 @@ class Loops:
         return train_step(self.model, self.optimizer, self.head, batch, self.global_batch_size)
 
     def _train(self, iterator, num_steps: tf.Tensor) -> tf.Tensor:
-        """Runs `num_steps` training steps; returns their mean loss."""
-        total = tf.constant(0.0)
+        """Runs `num_steps` training steps; returns their mean loss.
+
+        Each replica sums its own losses and they are reduced once, after the loop:
+        under MultiWorkerMirroredStrategy every reduce is a cross-worker collective, and
+        a step should wait on one only, its gradients' all-reduce (trainer.collectives
+        counts them; the tests keep the count).
+        """
+        totals = self.strategy.run(tf.zeros, args=((),))
         for _ in tf.range(num_steps):
-            per_replica = self.strategy.run(self._step, args=(next(iterator),))
-            total += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            totals = self.strategy.run(self._accumulate, args=(next(iterator), totals))
+        total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, totals, axis=None)
         return total / tf.cast(num_steps, tf.float32)
+
+    def _accumulate(self, batch, total: tf.Tensor) -> tf.Tensor:
+        return total + self._step(batch)
+
+    def collectives_per_step(self, iterator, num_steps: int) -> tuple[float, float]:
+        """(collectives each training step waits on, collectives once per loop), from
+        the compiled loop's graph; tracing it here is the trace its first call reuses."""
+        function = self.train.get_concrete_function(iterator, tf.constant(num_steps))
+        return collectives.count(function.graph.as_graph_def(),
+                                 self.strategy.num_replicas_in_sync // _workers(self.strategy))
 
     def _eval_batch(self, sums: dict, batch) -> dict:
         per_replica = self.strategy.run(eval_step, args=(self.model, self.head, batch))
@@ -133,3 +150,10 @@ class Loops:
         for batch in dataset:
             sums = self._eval_batch(sums, batch)
         return sums
+
+
+def _workers(strategy: tf.distribute.Strategy) -> int:
+    """Worker processes taking part in `strategy`'s collectives (1 but in a cluster)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver else {}
+    return max(1, sum(len(tasks) for job, tasks in spec.items() if job in ("chief", "worker")))
