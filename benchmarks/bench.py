@@ -198,11 +198,16 @@ def cores(files) -> list[dict]:
     return rows
 
 
+def model_config() -> config_lib.Config:
+    """The benchmark's model settings (the data and output paths are not used)."""
+    return config_lib.make_config(env={}, train_data="x", label="label", task="binary",
+                                  job_dir="/tmp/unused", hidden_units=HIDDEN)
+
+
 def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]:
     batch = FLAGS.batch_size
     head = heads.make_head("binary", schema)
-    config = config_lib.make_config(env={}, train_data="x", label="label", task="binary",
-                                    job_dir="/tmp/unused", hidden_units=HIDDEN)
+    config = model_config()
     strategy = tf.distribute.get_strategy()
 
     def dataset(cache="memory"):
@@ -271,17 +276,9 @@ def task_run(storage, files, extra: list[str], workers: int = 1, job: str | None
             "--task=binary", f"--job_dir={job}", f"--batch_size={FLAGS.batch_size}",
             f"--train_steps={steps}", "--steps_per_loop=100", "--seed=1",
             f"--hidden_units={','.join(map(str, HIDDEN))}", *extra]
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    env.update(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-    ports = _free_ports(workers)
-    cluster = {"chief": [f"localhost:{ports[0]}"],
-               "worker": [f"localhost:{p}" for p in ports[1:]]}
     procs = []
     start = time.perf_counter()
-    for i in range(workers):
-        task = {"type": "chief", "index": 0} if i == 0 else {"type": "worker", "index": i - 1}
-        if workers > 1:
-            env = {**env, "TF_CONFIG": json.dumps({"cluster": cluster, "task": task})}
+    for env in cluster_envs(workers):
         procs.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True))
     first_loop, rates, export = None, [], None
@@ -300,6 +297,46 @@ def task_run(storage, files, extra: list[str], workers: int = 1, job: str | None
         storage.remove_tree(job)
     return {"rate": statistics.median(rates[1:] or rates or [0.0]),
             "first_step_s": first_loop, "export_s": export, "wall_s": wall}
+
+
+def cluster_envs(workers: int) -> list[dict]:
+    """The environments of a local cluster's processes, chief first: TF_CONFIG on free
+    loopback ports, and each process's fair share of the cores as TensorFlow threads, so
+    workers sharing a machine measure their communication, not their oversubscription."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    if workers == 1:
+        return [env]
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    env.update(TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS=threads)
+    ports = _free_ports(workers)
+    cluster = {"chief": [f"localhost:{ports[0]}"],
+               "worker": [f"localhost:{p}" for p in ports[1:]]}
+    tasks = [{"type": "chief", "index": 0}] + [{"type": "worker", "index": i}
+                                              for i in range(workers - 1)]
+    return [{**env, "TF_CONFIG": json.dumps({"cluster": cluster, "task": t})} for t in tasks]
+
+
+def allreduce_floor(workers: int, elements: int) -> float:
+    """Steps/s of a loop of bare all-reduces of `elements` floats (allreduce_floor.py)."""
+    steps = 200 if FLAGS.quick else 1500
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.allreduce_floor",
+                               f"--elements={elements}", f"--steps={steps}"], cwd=REPO,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+             for env in cluster_envs(workers)]
+    out = procs[0].communicate(timeout=600)[0]
+    for p in procs:
+        if p.wait(timeout=600):
+            raise RuntimeError(f"allreduce_floor with {workers} workers exited {p.returncode}")
+    return json.loads(out.strip().splitlines()[-1])["steps_per_s"]
+
+
+def gradient_elements(schema) -> int:
+    """Trainable values of the benchmark's model: what one step all-reduces."""
+    head = heads.make_head("binary", schema)
+    model = model_lib.build(schema, head.units, model_config())
+    return int(sum(v.numpy().size for v in model.trainable_variables))
 
 
 def end_to_end(storage, files, ceiling: float) -> list[dict]:
@@ -340,26 +377,43 @@ def end_to_end(storage, files, ceiling: float) -> list[dict]:
     return rows
 
 
-def strategies(storage, files) -> list[dict]:
+def strategies(storage, files, schema) -> list[dict]:
     configs = {
         "default strategy": (["--strategy=default"], 1),
         "MirroredStrategy, 1 device": (["--strategy=mirrored"], 1),
         "MirroredStrategy, 2 logical CPUs": (["--cpu_devices=2"], 1),
         "MultiWorkerMirrored, 2 local workers": ([], 2),
+        # The global batch must split evenly: 255 = 3 x 85, beside 256.
+        "MultiWorkerMirrored, 3 local workers": (["--batch_size=255"], 3),
     }
+    elements = gradient_elements(schema)
     runs = {name: {} for name in configs}
     # Interleaved repetitions, so a slow moment of the machine does not hit one row only.
     samples = {name: [] for name in configs}
+    floors = {2: [], 3: []}
     for _ in range(FLAGS.repeats):
         for name, (extra, workers) in configs.items():
             samples[name].append(task_run(storage, files, extra, workers))
+            if workers > 1:
+                floors[workers].append(allreduce_floor(workers, elements))
     for name, results in samples.items():
         runs[name] = {key: statistics.median(r[key] for r in results)
                       for key in ("rate", "first_step_s", "export_s")}
     base = runs["default strategy"]["rate"]
-    rows = [row("strategy", name, r["rate"], base, "default",
-                "<= 10% slower" if name == "MirroredStrategy, 1 device" else "")
-            for name, r in runs.items()]
+    rows = []
+    for name, r in runs.items():
+        target = {"MirroredStrategy, 1 device": "<= 10% slower",
+                  "MultiWorkerMirrored, 2 local workers": ">= 0.25x default"}.get(name, "")
+        rows.append(row("strategy", name, r["rate"], base, "default", target))
+        workers = configs[name][1]
+        if workers > 1:
+            floor = statistics.median(floors[workers])
+            steps = r["rate"] / (255 if workers == 3 else FLAGS.batch_size)
+            rows.append(row("strategy", f"  bare all-reduce loop, {workers} workers "
+                            f"({elements:,} floats)", floor, None, "", unit="steps/s"))
+            rows.append(row("strategy", f"  the {workers}-worker job, in steps/s", steps,
+                            floor, "floor", ">= 0.5x floor" if workers == 2 else "",
+                            unit="steps/s"))
     first = runs["default strategy"]
     rows.append(row("start-up", "process start to first loop of 100 steps (s)",
                     first["first_step_s"], None, "", unit="s"))
@@ -419,7 +473,7 @@ def main(argv):
                 "training": lambda: training_throughput(
                     files, schema, 100 if FLAGS.quick else 500, ceiling),
                 "job": lambda: end_to_end(storage, files, ceiling),
-                "strategy": lambda: strategies(storage, files)}
+                "strategy": lambda: strategies(storage, files, schema)}
     for name, section in sections.items():
         if name in FLAGS.sections:
             rows += section()
