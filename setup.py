@@ -22,7 +22,9 @@ setup(
         # scripts/submit.py: staging uploads, the Vertex job API, --hptune_config YAML
         "submit": ["google-cloud-storage>=2.10", "google-cloud-aiplatform>=1.38", "pyyaml>=6"],
         "dev": ["pytest>=7", "gcp-storage-emulator>=2024.8"],
-        # benchmarks/real_data.py only: public datasets bundled in these packages
-        "bench": ["scikit-learn>=1.4", "statsmodels>=0.14", "plotnine>=0.12"],
+        # benchmarks only: public datasets bundled in these packages (real_data.py)
+        "bench": ["scikit-learn>=1.4", "statsmodels>=0.14", "plotnine>=0.12",
+                  # benchmarks/serving.py --cpr: the SDK's model server, measured beside ours
+                  "google-cloud-aiplatform[prediction]>=1.38"],
     },
 )

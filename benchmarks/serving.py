@@ -43,6 +43,8 @@ flags.DEFINE_multi_string("server", ["processes=1", "processes=2 tf_threads=2",
                           "trainer.serve settings to compare (repeatable), each "
                           "'flag=value flag=value'; processes=0 is the default, one per "
                           "core with the cores shared out as TensorFlow threads.")
+flags.DEFINE_bool("cpr", False, "Also start the aiplatform SDK's Custom Prediction Routines "
+                  "server (benchmarks/cpr_predictor.py) with as many workers as cores.")
 flags.DEFINE_float("duration_s", 4.0, "Seconds of load per row.")
 flags.DEFINE_string("output", "benchmarks/results/serving.json", "JSON results.")
 
@@ -130,6 +132,31 @@ def start_server(model_dir: str, settings: str) -> tuple[subprocess.Popen, str]:
     return proc, endpoint
 
 
+def start_cpr(model_dir: str) -> tuple[subprocess.Popen, str]:
+    """The SDK's model server (uvicorn, one worker per core) with TrainerPredictor."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": REPO, "AIP_HTTP_PORT": str(port),
+           "AIP_HEALTH_ROUTE": "/health", "AIP_PREDICT_ROUTE": "/predict",
+           "AIP_STORAGE_URI": model_dir,
+           "HANDLER_MODULE": "google.cloud.aiplatform.prediction.handler",
+           "HANDLER_CLASS": "PredictionHandler",
+           "PREDICTOR_MODULE": "benchmarks.cpr_predictor", "PREDICTOR_CLASS": "TrainerPredictor",
+           "VERTEX_CPR_WEB_CONCURRENCY": str(os.cpu_count() or 1)}
+    proc = subprocess.Popen([sys.executable, "-m",
+                             "google.cloud.aiplatform.prediction.model_server"], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    wait_ready(endpoint)
+    return proc, endpoint
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait_ready(endpoint: str, timeout_s: float = 180, health: str = "/health") -> None:
     parts = urllib.parse.urlsplit(endpoint)
     deadline = time.monotonic() + timeout_s
@@ -195,11 +222,15 @@ def main(argv: list[str]) -> int:
         results += rows(FLAGS.endpoint, records, model, clients, instances, FLAGS.duration_s,
                         "endpoint")
     else:
-        for settings in FLAGS.server:
-            proc, endpoint = start_server(FLAGS.model_dir, settings)
+        starts = [(settings, lambda s=settings: start_server(FLAGS.model_dir, s))
+                  for settings in FLAGS.server]
+        if FLAGS.cpr:
+            starts.append(("CPR (SDK server)", lambda: start_cpr(FLAGS.model_dir)))
+        for label, start in starts:
+            proc, endpoint = start()
             try:
                 results += rows(endpoint, records, model, clients, instances,
-                                FLAGS.duration_s, settings)
+                                FLAGS.duration_s, label)
             finally:
                 proc.terminate()
                 proc.wait()
