@@ -5,12 +5,12 @@
 #   install.sh runtime cpu|gpu TF_VERSION DIR   Python 3 venv at /opt/venv, TensorFlow,
 #                                               and the install_requires of DIR/setup.py
 #   install.sh package DIR                      the package in DIR, then an import check
-# Mounted by the CI build, used when present and never kept in the image: a pip cache at
-# /pip-cache, and the build machine's CA bundle at /run/build-ca.crt (for a network whose
-# TLS is inspected by a proxy).
+# Mounted by the CI build, used when present and never kept in the image: the build
+# machine's CA bundle at /run/build-ca.crt (for a network whose TLS is inspected by a
+# proxy). Nothing pip downloads is cached in the image.
 set -euo pipefail
 venv=/opt/venv
-if [ -d /pip-cache ]; then export PIP_CACHE_DIR=/pip-cache; else export PIP_NO_CACHE_DIR=1; fi
+export PIP_NO_CACHE_DIR=1
 if [ -s /run/build-ca.crt ]; then export PIP_CERT=/run/build-ca.crt; fi
 pip=("$venv/bin/python" -m pip install --quiet --no-warn-script-location)
 

@@ -50,13 +50,11 @@ if ! "${buildah[@]}" inspect --type image "$base" >/dev/null 2>&1; then
   rm -rf "$(dirname "$rootfs")"
 fi
 
-# Kept between runs on this machine (pip's downloads, buildah's layers); a new machine
-# starts without them and downloads TensorFlow once.
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/trainer-images-pip"
-mkdir -p "$cache"
+# buildah's layers are kept between runs on this machine (--layers): a run after a code
+# change rebuilds the package's layer only; a new machine builds all, TensorFlow included.
 ca="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}"
 build=("${buildah[@]}" bud --isolation chroot --layers --build-arg "BASE=$base"
-       -v "$cache:/pip-cache" -f containers/Dockerfile)
+       -f containers/Dockerfile)
 [ -s "$ca" ] && build+=(-v "$ca:/run/build-ca.crt:ro")
 for target in train serve; do
   echo "building the $target image" >&2
