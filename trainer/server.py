@@ -36,6 +36,8 @@ PREDICT_ROUTE = "/predict"
 MAX_BODY_BYTES = 1_500_000
 # A client that stops sending mid-request frees its thread after this long.
 SOCKET_TIMEOUT_S = 30.0
+# How long a server whose worker died waits for its own model load to end, to report it.
+LOADER_JOIN_S = 300.0
 # A body too large to answer is still read (and dropped) up to this size.
 DRAIN_LIMIT_BYTES = 16 << 20
 
@@ -236,7 +238,8 @@ def serve(config: ServerConfig) -> str | None:
         if slot.error:
             server.shutdown()
 
-    threading.Thread(target=load_then_check, daemon=True, name="load-model").start()
+    loader = threading.Thread(target=load_then_check, daemon=True, name="load-model")
+    loader.start()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
@@ -244,4 +247,9 @@ def serve(config: ServerConfig) -> str | None:
         workers.stop()
         if not workers.is_parent:  # the parent speaks for the server
             os._exit(1 if slot.error else 0)
+    if child_error:
+        # The loader may still be starting TensorFlow with stderr silenced (quiet.py): a
+        # line written now would vanish. Its own error, if any, says more than the
+        # child's exit code does.
+        loader.join(timeout=LOADER_JOIN_S)
     return slot.error or (child_error[0] if child_error else None)
