@@ -378,13 +378,14 @@ def end_to_end(storage, files, ceiling: float) -> list[dict]:
 
 
 def strategies(storage, files, schema) -> list[dict]:
+    three_way = FLAGS.batch_size - FLAGS.batch_size % 3
     configs = {
         "default strategy": (["--strategy=default"], 1),
         "MirroredStrategy, 1 device": (["--strategy=mirrored"], 1),
         "MirroredStrategy, 2 logical CPUs": (["--cpu_devices=2"], 1),
         "MultiWorkerMirrored, 2 local workers": ([], 2),
-        # The global batch must split evenly: 255 = 3 x 85, beside 256.
-        "MultiWorkerMirrored, 3 local workers": (["--batch_size=255"], 3),
+        # The global batch must split evenly: 3 workers take a multiple of 3 beside it.
+        "MultiWorkerMirrored, 3 local workers": ([f"--batch_size={three_way}"], 3),
     }
     elements = gradient_elements(schema)
     runs = {name: {} for name in configs}
@@ -408,7 +409,7 @@ def strategies(storage, files, schema) -> list[dict]:
         workers = configs[name][1]
         if workers > 1:
             floor = statistics.median(floors[workers])
-            steps = r["rate"] / (255 if workers == 3 else FLAGS.batch_size)
+            steps = r["rate"] / (three_way if workers == 3 else FLAGS.batch_size)
             rows.append(row("strategy", f"  bare all-reduce loop, {workers} workers "
                             f"({elements:,} floats)", floor, None, "", unit="steps/s"))
             rows.append(row("strategy", f"  the {workers}-worker job, in steps/s", steps,

@@ -127,8 +127,9 @@ class Loops:
         """(collectives each training step waits on, collectives once per loop), from
         the compiled loop's graph; tracing it here is the trace its first call reuses."""
         function = self.train.get_concrete_function(iterator, tf.constant(num_steps))
+        # Each of this process's replica devices launches its own op of a collective.
         return collectives.count(function.graph.as_graph_def(),
-                                 self.strategy.num_replicas_in_sync // _workers(self.strategy))
+                                 len(self.strategy.extended.worker_devices))
 
     def _eval_batch(self, sums: dict, batch) -> dict:
         per_replica = self.strategy.run(eval_step, args=(self.model, self.head, batch))
@@ -151,9 +152,3 @@ class Loops:
             sums = self._eval_batch(sums, batch)
         return sums
 
-
-def _workers(strategy: tf.distribute.Strategy) -> int:
-    """Worker processes taking part in `strategy`'s collectives (1 but in a cluster)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    spec = resolver.cluster_spec().as_dict() if resolver else {}
-    return max(1, sum(len(tasks) for job, tasks in spec.items() if job in ("chief", "worker")))
