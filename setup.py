@@ -22,6 +22,11 @@ setup(
         # scripts/submit.py: staging uploads, the Vertex job API, --hptune_config YAML
         "submit": ["google-cloud-storage>=2.10", "google-cloud-aiplatform>=1.38", "pyyaml>=6"],
         "dev": ["pytest>=7", "gcp-storage-emulator>=2024.8"],
+        # python -m trainer.prepare: Arrow for CSV/Parquet; Beam (Dataflow) and BigQuery's
+        # Storage Read API. Installs beside TF 2.21 (Beam 2.77 takes protobuf 6.33, which
+        # TF 2.21 accepts); never part of what a training job installs.
+        "prepare": ["pyarrow>=14", "apache-beam[gcp]>=2.60",
+                    "google-cloud-bigquery>=3.10", "google-cloud-bigquery-storage>=2.20"],
         # benchmarks only: public datasets bundled in these packages (real_data.py)
         "bench": ["scikit-learn>=1.4", "statsmodels>=0.14", "plotnine>=0.12",
                   # benchmarks/serving.py --cpr: the SDK's model server, measured beside ours

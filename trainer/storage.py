@@ -13,6 +13,7 @@ Code that hands a path to TensorFlow (`tf.data`, checkpoints, SavedModel) calls
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import re
@@ -120,6 +121,29 @@ class Storage:
         except tf.errors.OpError as e:
             raise StorageError(f"cannot list {pattern!r}: {first_line(e)}") from None
         return sorted(self.uri(m) for m in found if not tf.io.gfile.isdir(m))
+
+    def open_input(self, uri: str):
+        """`uri` for a reader that takes a path or a file (Arrow): the local path itself
+        (fastest), or a TensorFlow file object on Cloud Storage."""
+        path = self.path(uri)
+        if is_gcs(path):
+            return tf.io.gfile.GFile(path, "rb")
+        if not os.path.isfile(path):
+            raise StorageError(f"cannot read {uri!r}: no such file")
+        return path
+
+    def open_text(self, uri: str):
+        """`uri` opened for reading text (UTF-8); `.gz` files are decompressed."""
+        raw = tf.io.gfile.GFile(self.path(uri), "rb")
+        if uri.endswith(".gz"):
+            import gzip
+            raw = gzip.GzipFile(fileobj=raw)
+        return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+
+    def record_writer(self, uri: str):
+        """A TFRecord writer of `uri` (its folder is created)."""
+        self.makedirs(uri.rsplit("/", 1)[0])
+        return tf.io.TFRecordWriter(self.path(uri))
 
     def exists(self, uri: str) -> bool:
         return tf.io.gfile.exists(self.path(uri))
