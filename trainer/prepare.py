@@ -74,6 +74,9 @@ def main(argv: list[str]) -> int:
         return _fail(f"unexpected arguments {argv[1:]}: every option is a --flag")
     absl_logging.set_verbosity(absl_logging.INFO)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    from trainer.quiet import quiet_stderr
+    with quiet_stderr():  # TensorFlow's C++ start-up lines say nothing about the data
+        import tensorflow  # noqa: F401
     try:
         options = options_from_flags()
         storage = storage_lib.Storage(options.fake_gcs_root)

@@ -133,8 +133,10 @@ class Storage:
         return path
 
     def open_text(self, uri: str):
-        """`uri` opened for reading text (UTF-8); `.gz` files are decompressed."""
-        raw = tf.io.gfile.GFile(self.path(uri), "rb")
+        """`uri` opened for reading text (UTF-8); `.gz` files are decompressed. A Cloud
+        Storage file is read whole first (TensorFlow's files are not `io` streams)."""
+        path = self.path(uri)
+        raw = io.BytesIO(self.read_bytes(uri)) if is_gcs(path) else open(path, "rb")
         if uri.endswith(".gz"):
             import gzip
             raw = gzip.GzipFile(fileobj=raw)
