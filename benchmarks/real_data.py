@@ -6,8 +6,8 @@
 Each dataset ships inside a package (scikit-learn's bundled diabetes, breast cancer and
 wine; statsmodels' bundled engel, fair and randhie; plotnine's bundled diamonds,
 txhousing and penguins, which have string categoricals and missing values): nothing is
-downloaded. Each is split 80/20 once (seed 0), written as TFRecords (strings as
-bytes_list, a missing value as an absent feature), and trained on with `trainer.task`
+downloaded. Each is split 80/20 once (seed 0), written as Parquet and converted to
+TFRecords by `trainer.prepare` (the split as a predefined split column), and trained on with `trainer.task`
 given only --label and --task (every other flag at its default, and the variants below),
 and with scikit-learn's HistGradientBoosting at its defaults on the same split (strings
 as its native categoricals, missing values as NaN). Our figures are medians over --seeds.
@@ -82,44 +82,27 @@ def datasets() -> dict:
     return out
 
 
-def _feature(value) -> "tf.train.Feature | None":
-    """A pandas value as a tf.train.Feature; None for a missing one (left out)."""
-    import pandas as pd
-    import tensorflow as tf
-    if pd.isna(value):
-        return None
-    if isinstance(value, str):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
-    return tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
-
-
 def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.ndarray]:
-    import tensorflow as tf
-    rng = np.random.default_rng(0)
-    order = rng.permutation(len(y))
+    """The dataset as Parquet with its 80/20 split as a predefined split column, converted
+    by `trainer.prepare` (as a user would): returns the train and eval globs and rows."""
+    from trainer import storage as storage_lib
+    from trainer.prep import local, splits
+    from trainer.prep.options import Options
+    order = np.random.default_rng(0).permutation(len(y))
     cut = int(0.8 * len(y))
-    columns = {c: c.replace(" ", "_") for c in x.columns}
-    rows_as_dicts = x.astype(object).to_dict("records")
-    paths = []
-    for part, rows in (("train", order[:cut]), ("eval", order[cut:])):
-        path = os.path.join(FLAGS.data_dir, name, f"{part}.tfrecord")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with tf.io.TFRecordWriter(path) as w:
-            for i in rows:
-                feature = {columns[c]: f for c, v in rows_as_dicts[i].items()
-                           if (f := _feature(v)) is not None}
-                label = y.iloc[i]
-                if task == "regression":
-                    feature["target"] = _feature(float(label))
-                elif isinstance(label, str):
-                    feature["target"] = _feature(label)
-                else:
-                    feature["target"] = tf.train.Feature(
-                        int64_list=tf.train.Int64List(value=[int(label)]))
-                w.write(tf.train.Example(features=tf.train.Features(
-                    feature=feature)).SerializeToString())
-        paths.append(path)
-    return paths[0], paths[1], order[:cut], order[cut:]
+    frame = x.rename(columns={c: c.replace(" ", "_") for c in x.columns})
+    frame["target"] = y.astype(float) if task == "regression" else y
+    which = np.full(len(y), "TEST", dtype=object)
+    which[order[:cut]] = "TRAIN"
+    frame["benchmark_split"] = which
+    folder = os.path.join(FLAGS.data_dir, name)
+    os.makedirs(folder, exist_ok=True)
+    frame.to_parquet(os.path.join(folder, "table.parquet"), index=False)
+    out = os.path.join(folder, "prepared")
+    local.run(Options(output=out, input=os.path.join(folder, "table.parquet"),
+                      label="target", split=splits.parse("column:benchmark_split")),
+              storage_lib.Storage())
+    return f"{out}/train-*", f"{out}/test-*", order[:cut], order[cut:]
 
 
 def trainer_metrics(name: str, task: str, train: str, evaluation: str, extra: str,

@@ -127,8 +127,8 @@ def _ragged(pieces: list, num_rows: int | None = None) -> pa.LargeBinaryArray:
             cols = int(widths.max()) if n else 1
         laid.append((what, cols, widths, present))
     # Built column-major (each piece fills whole rows of the transposed matrix, which is
-    # contiguous), then read row-major: 0.8 us/row faster on 15 columns than filling
-    # column slices of a row-major matrix.
+    # contiguous), then read row-major: 1.7 us a row on 15 columns, against 3.5 us for
+    # filling column slices of a row-major matrix.
     total = sum(cols for _, cols, _, _ in laid)
     matrix = np.empty((total, n), np.uint8)
     mask = np.empty((total, n), bool)
