@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 
+from trainer import cli
 from trainer import storage as storage_lib
 
 PACKAGE_ENV = "TRAINER_PACKAGE_URI"
@@ -54,9 +55,8 @@ def main(args: list[str]) -> int:
         try:
             install(uri, storage_lib.Storage(fake_gcs_root(args)))
         except (storage_lib.StorageError, RuntimeError) as e:
-            print(f"error: ${PACKAGE_ENV}: {e}", file=sys.stderr, flush=True)
-            return 2
-        print(f"installed the staged package {uri}", flush=True)
+            return cli.fail(f"${PACKAGE_ENV}: {e}")
+        cli.say(f"installed the staged package {uri}")
     # A new process imports the package just installed, not the one loaded here.
     os.execv(sys.executable, [sys.executable, "-m", "trainer.task", *args])
     return 0  # not reached

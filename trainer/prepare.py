@@ -13,12 +13,13 @@ mistake is one line and exit code 2.
 from __future__ import annotations
 
 import logging
-import sys
 
 from absl import app, flags
 from absl import logging as absl_logging
 
 from trainer import storage as storage_lib
+from trainer.cli import fail as _fail
+from trainer.cli import parse_flags
 from trainer.prep.errors import PrepareError
 
 F = flags.FLAGS
@@ -53,8 +54,6 @@ flags.DEFINE_bool("dry_run", False, "With Beam runners: print the pipeline's opt
                   "plan, submit nothing.")
 flags.DEFINE_string("fake_gcs_root", None, "Serve gs:// paths from this local folder "
                     "(tests, local runs).")
-
-EXIT_USER_ERROR = 2
 
 
 def options_from_flags():
@@ -94,18 +93,6 @@ def main(argv: list[str]) -> int:
     except (PrepareError, storage_lib.StorageError) as e:
         return _fail(str(e))
     return 0
-
-
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    return EXIT_USER_ERROR
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    try:
-        return F(argv)
-    except flags.Error as e:
-        sys.exit(_fail(str(e)))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from absl import app
 from absl import flags
 
 from trainer import server as server_lib
+from trainer.cli import fail as _fail
+from trainer.cli import parse_flags
 from trainer import storage as storage_lib
 
 # TensorFlow's C++ start-up lines are not for a server's log; warnings still show.
@@ -109,18 +111,6 @@ def main(argv: list[str]) -> int:
     if error:
         return _fail(error, code=1)
     return 0
-
-
-def _fail(message: str, code: int = 2) -> int:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    return code
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    try:
-        return F(argv)
-    except flags.Error as e:
-        sys.exit(_fail(str(e)))
 
 
 if __name__ == "__main__":

@@ -7,15 +7,18 @@ in one line naming the culprit and exit code 2, never a stack trace.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import sys
 
 from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
 from trainer import config as config_lib
+from trainer import cli
+from trainer.cli import fail as _fail
+from trainer.cli import parse_flags
 
 # TensorFlow's C++ INFO lines drown the progress lines; warnings still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -67,6 +70,9 @@ flags.DEFINE_bool("skip_corrupt_records", False, "Log and skip corrupt TFRecord 
                   "(the rest of a corrupt file) instead of stopping.")
 flags.DEFINE_string("hptune_metric", "loss", "Final evaluation metric reported to Vertex "
                     "hyperparameter tuning when run as a trial (loss, accuracy, mae, rmse).")
+flags.DEFINE_enum("log_format", "auto", list(cli.FORMATS), "json: one JSON object per line "
+                  "on stdout with its severity, as Cloud Logging reads it; text: lines on "
+                  "stderr; auto: json on Vertex AI (CLOUD_ML_JOB_ID is set), else text.")
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
                     "DIR/BUCKET/PATH: run the cloud command line locally.")
 
@@ -77,18 +83,18 @@ FIELDS = ("train_data", "eval_data", "label", "weight", "task", "schema", "job_d
           "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
           "skip_corrupt_records", "hptune_metric", "fake_gcs_root")
 # Exit codes: Vertex AI restarts a task that exits non-zero.
-EXIT_USER_ERROR = 2  # flags, data or environment: fix and resubmit
 EXIT_PEER_LOST = 3   # another task died: restart all tasks, they resume
 
 
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         return _fail(f"unexpected arguments {argv[1:]}: every option is a --flag")
+    log_format = cli.use_format(F.log_format)
     absl_logging.set_verbosity(absl_logging.INFO)
     # TensorFlow's and Keras' own INFO lines (saver, signatures, fingerprints) would bury
     # the progress lines; they log through the 'tensorflow' logger and through absl's.
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    absl_logging.get_absl_handler().addFilter(_not_library_info)
+    cli.add_filter(_not_library_info)
     # Under --run_eagerly TF warns on every step that eager strategies are slow; once is
     # enough, and the config line says so.
     logging.getLogger("tensorflow").addFilter(
@@ -97,8 +103,11 @@ def main(argv: list[str]) -> int:
         config = config_lib.make_config(env=os.environ, **{k: F[k].value for k in FIELDS})
     except config_lib.ConfigError as e:
         return _fail(str(e))
-    # Imported here so that --help and flag errors do not wait for TensorFlow.
-    from trainer import distribution, hypertune, job, preemption
+    # Imported here so that --help and flag errors do not wait for TensorFlow. Its C++
+    # start-up lines (oneDNN, CUDA probes) would be ERROR lines in Cloud Logging.
+    from trainer.quiet import quiet_stderr
+    with quiet_stderr() if log_format == "json" else contextlib.nullcontext():
+        from trainer import distribution, hypertune, job, preemption
     try:
         strategy, cluster = distribution.create_strategy(config.strategy, os.environ,
                                                          config.cpu_devices)
@@ -116,20 +125,6 @@ def main(argv: list[str]) -> int:
 def _not_library_info(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING or not any(
         part in record.pathname for part in ("/tensorflow/", "/keras/"))
-
-
-def _fail(message: str, code: int = EXIT_USER_ERROR) -> int:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    return code
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's parser, with its errors (unknown flag, bad enum value, missing required
-    flag) as one line and exit code 2 like every other bad flag, not absl's FATAL lines."""
-    try:
-        return F(argv)
-    except flags.Error as e:
-        sys.exit(_fail(str(e)))
 
 
 if __name__ == "__main__":

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
-import uuid
 
 import numpy as np
-from absl import logging
 
 from trainer import storage as storage_lib
 from trainer.prep import convert as convert_lib
 from trainer.prep import prepared as prepared_lib
-from trainer.prep import shards as shards_lib
 from trainer.prep import splits as splits_lib
 from trainer.prep.errors import PrepareError
 from trainer.prep.options import Options
@@ -80,27 +76,19 @@ def run(options: Options, storage: storage_lib.Storage, beam_options: dict,
     beam = _beam()
     start = time.time()
     prepared = prepared_lib.prepare(options, storage)
-    tmp = f"{options.output.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     if dry_run:
         print(json.dumps({"pipeline_options": beam_options, "plan": describe(prepared)},
                          indent=2, default=str))
         return None
     from apache_beam.options.pipeline_options import PipelineOptions
-    try:
+    with prepared_lib.staged(options, storage) as tmp:
         with beam.Pipeline(options=PipelineOptions.from_dictionary(beam_options)) as p:
             build(p, prepared, storage, tmp)
-        result_rows = _counts(p)
+        counts = _counts(p)
         files = sorted(os.path.basename(f) for f in storage.matches(
             storage_lib.join(tmp, "*.tfrecord")))
-        report = prepared_lib.report(prepared, result_rows[:3], result_rows[3], files,
-                                     time.time() - start)
-        storage.write_json(storage_lib.join(tmp, "prepare.json"), report)
-        storage.replace_dir(tmp, options.output)
-    except BaseException:
-        storage.remove_tree(tmp)
-        raise
-    logging.info("prepared %s", prepared_lib.summary(report))
-    return report
+        return prepared_lib.publish(prepared, storage, tmp, counts[:3], counts[3], files,
+                                    time.time() - start)
 
 
 def describe(prepared: prepared_lib.Prepared) -> dict:

@@ -7,10 +7,8 @@ import collections
 import concurrent.futures
 import os
 import time
-import uuid
 
 import numpy as np
-from absl import logging
 
 from trainer import storage as storage_lib
 from trainer.prep import convert as convert_lib
@@ -25,8 +23,7 @@ def run(options: Options, storage: storage_lib.Storage) -> dict:
     start = time.time()
     prepared = prepared_lib.prepare(options, storage)
     source, plan = prepared.source, prepared.plan
-    tmp = f"{options.output.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
+    with prepared_lib.staged(options, storage) as tmp:
         cuts = None
         if plan.split.needs_pass:
             # A first pass for the cut points: only each row's split inputs are kept.
@@ -39,14 +36,8 @@ def run(options: Options, storage: storage_lib.Storage) -> dict:
             writer.write(rows.records, convert_lib.assign(plan, rows, cuts), rows.hashes)
             dropped += rows.dropped
         files = writer.close()
-        report = prepared_lib.report(prepared, writer.rows, dropped, files, time.time() - start)
-        storage.write_json(storage_lib.join(tmp, "prepare.json"), report)
-        storage.replace_dir(tmp, options.output)
-    except BaseException:
-        storage.remove_tree(tmp)
-        raise
-    logging.info("prepared %s", prepared_lib.summary(report))
-    return report
+        return prepared_lib.publish(prepared, storage, tmp, writer.rows, dropped, files,
+                                    time.time() - start)
 
 
 def _converted(source, plan):

@@ -3,9 +3,12 @@ its columns from the first batch, size the shards; then say what was written."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import uuid
 
 import numpy as np
+from absl import logging
 
 from trainer import storage as storage_lib
 from trainer.prep import convert as convert_lib
@@ -87,6 +90,27 @@ def report(prepared: Prepared, rows: list, dropped: int, files: list,
                   for name in splits_lib.NAMES},
         "seconds": round(seconds, 2),
     }
+
+
+@contextlib.contextmanager
+def staged(options: Options, storage: storage_lib.Storage):
+    """A sibling folder of the output to write into; removed if the run fails."""
+    tmp = f"{options.output.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        yield tmp
+    except BaseException:
+        storage.remove_tree(tmp)
+        raise
+
+
+def publish(prepared: Prepared, storage: storage_lib.Storage, tmp: str, rows: list,
+            dropped: int, files: list, seconds: float) -> dict:
+    """Writes prepare.json into `tmp` and moves `tmp` into place as the output."""
+    out = report(prepared, rows, dropped, files, seconds)
+    storage.write_json(storage_lib.join(tmp, "prepare.json"), out)
+    storage.replace_dir(tmp, prepared.options.output)
+    logging.info("prepared %s", summary(out))
+    return out
 
 
 def summary(report: dict) -> str:

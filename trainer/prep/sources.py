@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import re
 from typing import Iterator
 
