@@ -21,7 +21,9 @@ setup(
         "tf": ["tensorflow>=2.16,<2.22"],
         # scripts/submit.py: staging uploads, the Vertex job API, --hptune_config YAML
         "submit": ["google-cloud-storage>=2.10", "google-cloud-aiplatform>=1.38", "pyyaml>=6"],
-        "dev": ["pytest>=7", "gcp-storage-emulator>=2024.8"],
+        "dev": ["pytest>=7", "gcp-storage-emulator>=2024.8",
+                # independent computations the tests compare with (evaluation.json)
+                "scikit-learn>=1.4"],
         # python -m trainer.prepare: Arrow for CSV/Parquet; Beam (Dataflow) and BigQuery's
         # Storage Read API. Installs beside TF 2.21 (Beam 2.77 takes protobuf 6.33, which
         # TF 2.21 accepts); never part of what a training job installs.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import subprocess
 import sys
 
@@ -15,7 +16,9 @@ import tensorflow as tf
 from google.cloud import aiplatform_v1 as v1
 
 from conftest import BUCKET, REPO, make_config, subprocess_env
+
 from trainer import job
+from trainer import storage as storage_lib
 from vertex import deploy
 from vertex import exports
 from vertex import jobs
@@ -107,7 +110,8 @@ def test_upload_request_field_by_field(exported):
 
 
 @pytest.mark.parametrize("task, schema, expected", [
-    ("binary", "classification_metrics_1.0.0.yaml", {"auRoc", "auPrc", "logLoss"}),
+    ("binary", "classification_metrics_1.0.0.yaml",
+     {"auRoc", "auPrc", "logLoss", "confidenceMetrics", "confusionMatrix"}),
     ("regression", "regression_metrics_1.0.0.yaml",
      {"meanAbsoluteError", "rootMeanSquaredError", "rSquared",
       "meanAbsolutePercentageError"}),  # negative labels: no rootMeanSquaredLogError
@@ -119,14 +123,15 @@ def test_evaluation_in_vertex_metric_names(store, exported, task, schema, expect
         f"gs://google-cloud-aiplatform/schema/modelevaluation/{schema}")
     metrics = dict(evaluation.metrics)
     assert set(metrics) == expected
-    for name in expected:
+    for name in expected & set(export.metrics):
         assert metrics[name] == pytest.approx(export.metrics[name], rel=1e-12)
 
 
 def test_evaluation_of_an_older_export_renames_its_short_metrics(store, exported):
     export = exports.inspect(store, exported["regression"])
     old = dataclasses.replace(export, metrics={"loss": 0.3, "mae": 1.5, "rmse": 2.0,
-                                               "examples": 10, "step": 5})
+                                               "examples": 10, "step": 5},
+                              evaluation=None, importance=None)
     assert dict(models.evaluation(old).metrics) == {"meanAbsoluteError": 1.5,
                                                     "rootMeanSquaredError": 2.0}
 
@@ -256,7 +261,18 @@ def test_dry_run_prints_requests_the_real_types_accept(fake_gcs, exported, flags
         "ports": [{"containerPort": 8080}], "healthRoute": "/health",
         "predictRoute": "/predict"}
     assert parsed["model"].display_name == "deploy-binary"  # the job folder's name
-    assert "logLoss" in dict(parsed["modelEvaluation"].metrics)
+    evaluation = out["modelEvaluation"]
+    assert "logLoss" in evaluation["metrics"]
+    # The full evaluation (evaluation.json) and feature importance (as modelExplanation).
+    local = storage_lib.Storage(fake_gcs).path(exported["binary"])
+    saved = json.load(open(os.path.join(local, "evaluation.json")))
+    assert evaluation["metrics"]["confidenceMetrics"] == saved["metrics"]["confidenceMetrics"]
+    assert evaluation["metrics"]["confusionMatrix"]["rows"] == \
+        saved["metrics"]["confusionMatrix"]["rows"]
+    importance = json.load(open(os.path.join(local, "feature_importance.json")))
+    attributions = evaluation["modelExplanation"]["meanAttributions"][0]["featureAttributions"]
+    assert attributions == {r["name"]: r["importance"] for r in importance["features"]}
+    assert len(parsed["modelEvaluation"].model_explanation.mean_attributions) == 1
     if "deployedModel" in parsed:
         assert parsed["deployedModel"].dedicated_resources.max_replica_count == 2
     if "batchPredictionJob" in parsed:

@@ -22,8 +22,10 @@ import tensorflow as tf
 from trainer import checkpoints as checkpoints_lib
 from trainer import config as config_lib
 from trainer import distribution
+from trainer import evaluation
 from trainer import export
 from trainer import heads
+from trainer import importance
 from trainer import inputs
 from trainer import metrics as metrics_lib
 from trainer import model as model_lib
@@ -164,9 +166,17 @@ class _Job:
             logging.info("resuming at step %d of %d", start_step, config.train_steps)
         evaluate = self._evaluator(eval_files)
         step, metrics = self._train(train_files, start_step, evaluate)
-        metrics = {**(evaluate() or metrics), "step": step}
+        sums = evaluate()
+        files = {}
+        if sums:
+            metrics = metrics_lib.finish(self.loops.head, sums)
+            files["evaluation.json"] = evaluation.evaluate(
+                self.loops.head, self.schema, sums, data=config.eval_data)
+            if self.is_chief:
+                files["feature_importance.json"] = self._importance(eval_files, step)
+        metrics = {**metrics, "step": step}
         logging.info("final metrics: %s", _fmt(metrics))
-        self._export(metrics)
+        self._export(metrics, files)
         return self._result(step, metrics)
 
     def _result(self, step: int, metrics: dict) -> Result:
@@ -220,7 +230,9 @@ class _Job:
                     tf.summary.scalar("loss", loss)
                     tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
                 if _due(step, config.eval_every_steps) and step < config.train_steps:
-                    self._log_eval(step, evaluate(), writer)
+                    sums = evaluate()
+                    if sums:
+                        self._log_eval(step, metrics_lib.finish(self.loops.head, sums), writer)
                 if _due(step, config.checkpoint_every_steps):
                     self.ckpt.save(step)
         if not _due(step, config.checkpoint_every_steps):
@@ -252,10 +264,11 @@ class _Job:
                 f"saved to {self.config.checkpoint_dir}; run the job again to resume")
 
     def _evaluator(self, eval_files):
-        """Returns a function that evaluates on --eval_data, or returns {} without it."""
+        """Returns a function that evaluates on --eval_data and returns the summed
+        `metrics.batch_sums` (as numpy), or None without eval data."""
         config, loops = self.config, self.loops
         if not eval_files:
-            return dict
+            return lambda: None
         dataset = inputs.distribute(
             self.strategy, [self.storage.path(f) for f in eval_files], self.schema,
             global_batch_size=config.batch_size, training=False, seed=0,
@@ -267,9 +280,26 @@ class _Job:
                 sums = loops.evaluate_steps(iter(dataset), tf.constant(config.eval_steps))
             else:
                 sums = loops.evaluate_all(dataset)
-            return metrics_lib.finish(loops.head, {k: v.numpy() for k, v in sums.items()})
+            return {k: v.numpy() for k, v in sums.items()}
 
         return evaluate
+
+    def _importance(self, eval_files: list[str], step: int) -> dict:
+        """Permutation importance on a sample of the evaluation data (chief only), also
+        written to TensorBoard."""
+        start = time.monotonic()
+        sample = [r for _, r in inputs.sample_records(
+            self.storage, eval_files, importance.SAMPLE, self.config.skip_corrupt_records)]
+        found = importance.permutation_importance(
+            self.loops.model, self.loops.head, self.schema, sample, self.config.eval_data)
+        logging.info("feature importance (loss increase when shuffled, %d records, %.1fs): "
+                     "%s", len(sample), time.monotonic() - start,
+                     " ".join(f"{r['name']}={r['importance']:.4g}"
+                              for r in found["features"][:10]))
+        with self._summary_writer().as_default(step=step):
+            for row in found["features"]:
+                tf.summary.scalar(f"importance/{row['name']}", row["importance"])
+        return found
 
     def _log_eval(self, step: int, metrics: dict, writer) -> None:
         if not metrics:
@@ -295,8 +325,9 @@ class _Job:
         metrics = self._model_file("metrics.json")
         return self.storage.exists(metrics) and self.storage.read_json(metrics).get("step") == step
 
-    def _export(self, metrics: dict) -> None:
-        """Writes the SavedModel and its JSON files; model_dir appears whole or not at all.
+    def _export(self, metrics: dict, files: dict) -> None:
+        """Writes the SavedModel, its JSON files and `files` (name -> JSON); model_dir
+        appears whole or not at all.
 
         The chief writes into a sibling folder and renames it into place once complete;
         other workers (who must take part in saving) write to a scratch folder.
@@ -324,6 +355,8 @@ class _Job:
             storage.write_json(storage_lib.join(partial, "schema.json"), self.schema.to_json())
             storage.write_json(storage_lib.join(partial, "config.json"), config.to_json())
             storage.write_json(storage_lib.join(partial, "metrics.json"), metrics)
+            for name, content in files.items():
+                storage.write_json(storage_lib.join(partial, name), content)
             storage.replace_dir(partial, config.model_dir)
         finally:
             storage.remove_tree(partial)

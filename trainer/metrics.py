@@ -55,6 +55,14 @@ def batch_sums(head: heads.Head, labels: tf.Tensor, logits: tf.Tensor,
     predicted = tf.argmax(probabilities, axis=1, output_type=tf.int32)
     hit = tf.cast(tf.equal(predicted, labels), tf.float32)
     sums["correct"] = tf.reduce_sum(w * hit)
+    # The confusion matrix (true class x predicted class), row-major.
+    k = 2 if head.task == "binary" else head.units
+    sums["confusion"] = tf.math.unsorted_segment_sum(w, labels * k + predicted, k * k)
+    if head.task == "multiclass":  # the top class's probability, right or wrong
+        top = tf.clip_by_value(tf.cast(tf.reduce_max(probabilities, axis=1) * BINS,
+                                       tf.int32), 0, BINS - 1)
+        sums["top_hits"] = tf.math.unsorted_segment_sum(w * hit, top, BINS)
+        sums["top_misses"] = tf.math.unsorted_segment_sum(w * (1 - hit), top, BINS)
     if head.task == "binary":
         positive, said_positive = tf.cast(labels, tf.float32), tf.cast(predicted, tf.float32)
         sums["true_positives"] = tf.reduce_sum(w * positive * said_positive)

@@ -35,6 +35,8 @@ class Export:
     signatures: dict[str, tuple[str, ...]]   # name -> input names
     task: str                                # from config.json
     metrics: dict                            # metrics.json
+    evaluation: dict | None = None           # evaluation.json, when evaluated
+    importance: dict | None = None           # feature_importance.json, when evaluated
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -70,8 +72,15 @@ def inspect(storage: storage_lib.Storage, model_dir: str) -> Export:
         metrics = storage.read_json(storage_lib.join(model_dir, "metrics.json"))
     except storage_lib.StorageError as e:
         raise ExportError(f"{model_dir}: {e}; export it with trainer.task") from None
+    optional = {}
+    for field, name in (("evaluation", "evaluation.json"),
+                        ("importance", "feature_importance.json")):
+        path = storage_lib.join(model_dir, name)
+        if storage.exists(path):
+            optional[field] = storage.read_json(path)
     return Export(model_dir=model_dir, tensorflow_version=graph.meta_info_def.tensorflow_version,
-                  signatures=signatures, task=config.get("task", ""), metrics=metrics)
+                  signatures=signatures, task=config.get("task", ""), metrics=metrics,
+                  **optional)
 
 
 def default_image(project: str, region: str, gpu: bool,

@@ -127,7 +127,9 @@ def upload_request(spec: DeploySpec) -> v1.UploadModelRequest:
 
 
 def evaluation(export: exports.Export) -> v1.ModelEvaluation:
-    """The export's metrics.json as a ModelEvaluation in Vertex's metric names.
+    """The export's evaluation as a ModelEvaluation: evaluation.json (curves, confusion
+    matrix) with feature_importance.json as its modelExplanation, or, for an export
+    without them, metrics.json's figures in Vertex's metric names.
 
     Vertex-named metrics pass through; the trainer's short names (loss, mae, rmse) are
     renamed; anything else (accuracy, examples) has no place in Vertex's schema.
@@ -139,9 +141,17 @@ def evaluation(export: exports.Export) -> v1.ModelEvaluation:
         if vertex_name in VERTEX_METRICS[kind] and isinstance(value, (int, float)) \
                 and math.isfinite(value):
             metrics[vertex_name] = float(value)
+    if export.evaluation:
+        metrics.update(export.evaluation["metrics"])
+    explanation = None
+    if export.importance:
+        explanation = v1.ModelExplanation(mean_attributions=[v1.Attribution(
+            feature_attributions={row["name"]: row["importance"]
+                                  for row in export.importance["features"]})])
     return v1.ModelEvaluation(
         display_name=f"trainer evaluation at step {export.metrics.get('step', '?')}",
-        metrics_schema_uri=EVALUATION_SCHEMA[kind], metrics=metrics)
+        metrics_schema_uri=EVALUATION_SCHEMA[kind], metrics=metrics,
+        model_explanation=explanation)
 
 
 def deployed_model(spec: DeploySpec, model_name: str) -> v1.DeployedModel:
