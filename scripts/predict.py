@@ -8,12 +8,16 @@ the serving image's own decoder (`trainer.bodies`, which needs TensorFlow only):
     python scripts/predict.py --model_dir=DIR --examples=... --request=raw > raw.json
     python scripts/predict.py --model_dir=DIR --body=body.json
     python scripts/predict.py --model_dir=DIR --examples=... --endpoint=http://127.0.0.1:8080
+    python scripts/predict.py --model_dir=DIR --examples=... --explain
 
 --request=vertex prints the body of an online prediction request (`serving_default`,
 base64 serialized tf.Examples); --request=raw the rawPredict body of the `predict`
 signature (raw named features). --body answers such a body from the local model the
 way TF Serving's REST API decodes it, and prints the JSON response. --endpoint sends the
 body to a running server instead (`python -m trainer.serve`, or the serving image).
+--explain prints, per example, one JSON line: the prediction, the baseline's, and each
+feature's contribution (sampled Shapley values, `trainer.explain`), which add up to the
+difference.
 """
 
 import argparse
@@ -36,6 +40,7 @@ with quiet_stderr():
 
 # The decoder of the serving image's server; it imports TensorFlow alone.
 from trainer.bodies import BodyError, answer, jsonable  # noqa: E402
+from trainer.explain import ExplainError, baseline, shapley  # noqa: E402
 
 
 def read_records(pattern: str, num: int) -> list[bytes]:
@@ -77,6 +82,20 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
             instance[name] = values if tensor_spec.shape.rank == 2 else values[0]
         instances.append(instance)
     return {"signature_name": "predict", "instances": instances}
+
+
+def print_explanations(model, records: list[bytes], model_dir: str, orders: int) -> None:
+    if "predict" not in model.signatures:
+        raise ExplainError(f"{model_dir}: no 'predict' signature (raw features) to explain; "
+                           "export the model with trainer.task")
+    instances = raw_body(records, model_dir, model)["instances"]
+    with tf.io.gfile.GFile(f"{model_dir.rstrip('/')}/schema.json") as f:
+        base = baseline(json.load(f), model.signatures["predict"].structured_input_signature[1])
+    for i, instance in enumerate(instances):
+        found = shapley(model, instance, base, orders=orders)
+        found["contributions"] = dict(sorted(found["contributions"].items(),
+                                             key=lambda kv: -abs(kv[1])))
+        print(json.dumps({"example": i, **found}))
 
 
 def print_predictions(model, records: list[bytes], model_dir: str, label: str | None) -> None:
@@ -137,6 +156,10 @@ def main() -> int:
     parser.add_argument("--request", choices=("vertex", "raw"),
                         help="print a request body for --examples instead of predictions")
     parser.add_argument("--body", help="a JSON request body to answer, as TF Serving would")
+    parser.add_argument("--explain", action="store_true",
+                        help="each feature's contribution to each prediction of --examples")
+    parser.add_argument("--orders", type=int, default=64,
+                        help="--explain: random feature orders per example")
     parser.add_argument("--endpoint", help="http://HOST:PORT of a running server "
                         "(python -m trainer.serve): send it the --body, or the --request "
                         "body of --examples (vertex unless said), and print its answer")
@@ -152,6 +175,9 @@ def main() -> int:
                              else answer(body, model)))
             return 0
         records = read_records(args.examples, args.num)
+        if args.explain:
+            print_explanations(model, records, args.model_dir, args.orders)
+            return 0
         if args.request == "raw":
             body = raw_body(records, args.model_dir, model)
         elif args.request == "vertex" or args.endpoint:
@@ -160,7 +186,7 @@ def main() -> int:
             print_predictions(model, records, args.model_dir, args.label)
             return 0
         print(json.dumps(send(args.endpoint, body) if args.endpoint else body))
-    except (BodyError, OSError, json.JSONDecodeError, tf.errors.OpError) as e:
+    except (BodyError, ExplainError, OSError, json.JSONDecodeError, tf.errors.OpError) as e:
         print(f"error: {e}".splitlines()[0], file=sys.stderr)
         return 2
     return 0

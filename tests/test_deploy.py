@@ -16,7 +16,6 @@ import tensorflow as tf
 from google.cloud import aiplatform_v1 as v1
 
 from conftest import BUCKET, REPO, make_config, subprocess_env
-
 from trainer import job
 from trainer import storage as storage_lib
 from vertex import deploy
