@@ -16,6 +16,7 @@ setup(
     install_requires=[
         "absl-py>=1.0",       # flags and logging of the entry point
         "tensorboard>=2.16",  # tf.summary needs it; TF 2.21 no longer pulls it in
+        "matplotlib>=3.7",    # the plots of report.html, written with every export
     ],
     extras_require={
         "tf": ["tensorflow>=2.16,<2.22"],
@@ -23,7 +24,9 @@ setup(
         "submit": ["google-cloud-storage>=2.10", "google-cloud-aiplatform>=1.38", "pyyaml>=6"],
         "dev": ["pytest>=7", "gcp-storage-emulator>=2024.8",
                 # independent computations the tests compare with (evaluation.json)
-                "scikit-learn>=1.4"],
+                "scikit-learn>=1.4",
+                # the DevTools protocol of the headless Chromium that renders report.html
+                "websockets>=12"],
         # python -m trainer.prepare: Arrow for CSV/Parquet; Beam (Dataflow) and BigQuery's
         # Storage Read API. Installs beside TF 2.21 (Beam 2.77 takes protobuf 6.33, which
         # TF 2.21 accepts); never part of what a training job installs.

@@ -47,6 +47,27 @@ def evaluate(head: heads.Head, schema: schema_lib.Schema, sums: dict,
     if head.task == "multiclass":
         out["slices"] = [{"class": c, "confidenceMetrics": confidence_metrics(p, q)}
                          for c, p, q in zip(classes, positives, negatives)]
+        out["calibration"] = calibration(top[0], top[1])  # the top class, right or wrong
+    else:
+        out["calibration"] = calibration(positives[0], negatives[0])
+    return out
+
+
+def calibration(hits: np.ndarray, misses: np.ndarray, bins: int = 10) -> list[dict]:
+    """Reliability diagram data: per band of predicted probability, how often the
+    prediction was right (binary: the positive class; multiclass: the top class)."""
+    width = metrics_lib.BINS // bins
+    hits, misses = hits.reshape(bins, width), misses.reshape(bins, width)
+    centres = (np.arange(metrics_lib.BINS) + 0.5) / metrics_lib.BINS
+    out = []
+    for b in range(bins):
+        n = hits[b].sum() + misses[b].sum()
+        if n:
+            weights = hits[b] + misses[b]
+            out.append({"low": b / bins, "high": (b + 1) / bins, "count": _count(n),
+                        "predicted": float((centres[b * width:(b + 1) * width] * weights)
+                                           .sum() / n),
+                        "observed": float(hits[b].sum() / n)})
     return out
 
 

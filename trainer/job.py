@@ -25,13 +25,16 @@ from trainer import distribution
 from trainer import evaluation
 from trainer import export
 from trainer import heads
+from trainer import history as history_lib
 from trainer import importance
 from trainer import inputs
 from trainer import metrics as metrics_lib
 from trainer import model as model_lib
 from trainer import preemption
+from trainer import profile
 from trainer import progress as progress_lib
 from trainer import records
+from trainer import report
 from trainer import schema as schema_lib
 from trainer import storage as storage_lib
 from trainer import training
@@ -116,7 +119,9 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
                                        model=model, optimizer=optimizer)
     job = _Job(config, storage, strategy, cluster, schema, ckpt,
                training.Loops(strategy, model, optimizer, head, config.batch_size,
-                              config.run_eagerly))
+                              config.run_eagerly),
+               history_lib.History(storage, config.checkpoint_dir,
+                                   distribution.is_chief(cluster)))
     try:
         return job.run(train_files, eval_files)
     except tf.errors.OpError as e:
@@ -141,6 +146,7 @@ class _Job:
     schema: schema_lib.Schema
     ckpt: checkpoints_lib.Checkpoints
     loops: training.Loops
+    history: history_lib.History
 
     @property
     def is_chief(self) -> bool:
@@ -157,6 +163,8 @@ class _Job:
         config = self.config
         resumed = self.ckpt.restore_latest()
         start_step = int(self.loops.optimizer.iterations.numpy())
+        if resumed:
+            self.history.restore(start_step)
         if resumed and start_step >= config.train_steps and self._exported(start_step):
             logging.info("already finished: step %d of %d, model at %s; nothing to do",
                          start_step, config.train_steps, config.model_dir)
@@ -170,11 +178,13 @@ class _Job:
         files = {}
         if sums:
             metrics = metrics_lib.finish(self.loops.head, sums)
+            self.history.add_eval(step, metrics)
             files["evaluation.json"] = evaluation.evaluate(
                 self.loops.head, self.schema, sums, data=config.eval_data)
             if self.is_chief:
-                files["feature_importance.json"] = self._importance(eval_files, step)
+                files.update(self._on_a_sample(eval_files, step))
         metrics = {**metrics, "step": step}
+        files[history_lib.FILE] = self.history.to_json()
         logging.info("final metrics: %s", _fmt(metrics))
         self._export(metrics, files)
         return self._result(step, metrics)
@@ -226,6 +236,7 @@ class _Job:
                         "or look for extreme values in the data (the last good checkpoint, "
                         f"{f'step {last}' if last is not None else 'none'}, is kept)")
                 progress.update(step, loss)
+                self.history.add_train(step, loss, progress.rate * config.batch_size)
                 with writer.as_default(step=step):
                     tf.summary.scalar("loss", loss)
                     tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
@@ -234,11 +245,15 @@ class _Job:
                     if sums:
                         self._log_eval(step, metrics_lib.finish(self.loops.head, sums), writer)
                 if _due(step, config.checkpoint_every_steps):
-                    self.ckpt.save(step)
+                    self._checkpoint(step)
         if not _due(step, config.checkpoint_every_steps):
-            self.ckpt.save(step)  # the end, unless the loop just saved it
+            self._checkpoint(step)  # the end, unless the loop just saved it
         writer.flush()
         return step, {"train_loss": loss}
+
+    def _checkpoint(self, step: int) -> None:
+        self.ckpt.save(step)
+        self.history.save()
 
     @contextlib.contextmanager
     def _naming_bad_records(self, train_files):
@@ -258,7 +273,7 @@ class _Job:
         requested = (self.loops.any_replica(stop.requested) if self.cluster
                      else stop.requested)
         if requested:
-            self.ckpt.save(step)
+            self._checkpoint(step)
             raise preemption.Preempted(
                 f"stopped by SIGTERM at step {step} of {self.config.train_steps}; checkpoint "
                 f"saved to {self.config.checkpoint_dir}; run the job again to resume")
@@ -284,14 +299,16 @@ class _Job:
 
         return evaluate
 
-    def _importance(self, eval_files: list[str], step: int) -> dict:
-        """Permutation importance on a sample of the evaluation data (chief only), also
-        written to TensorBoard."""
+    def _on_a_sample(self, eval_files: list[str], step: int) -> dict:
+        """What the chief measures on a sample of the evaluation data: feature importance
+        (also written to TensorBoard) and the data's profile (profile.py)."""
         start = time.monotonic()
         sample = [r for _, r in inputs.sample_records(
             self.storage, eval_files, importance.SAMPLE, self.config.skip_corrupt_records)]
         found = importance.permutation_importance(
             self.loops.model, self.loops.head, self.schema, sample, self.config.eval_data)
+        data = profile.profile(self.loops.model, self.loops.head, self.schema, sample,
+                               self.config.eval_data)
         logging.info("feature importance (loss increase when shuffled, %d records, %.1fs): "
                      "%s", len(sample), time.monotonic() - start,
                      " ".join(f"{r['name']}={r['importance']:.4g}"
@@ -299,12 +316,13 @@ class _Job:
         with self._summary_writer().as_default(step=step):
             for row in found["features"]:
                 tf.summary.scalar(f"importance/{row['name']}", row["importance"])
-        return found
+        return {"feature_importance.json": found, "profile.json": data}
 
     def _log_eval(self, step: int, metrics: dict, writer) -> None:
         if not metrics:
             return
         logging.info("eval at step %d: %s", step, _fmt(metrics))
+        self.history.add_eval(step, metrics)
         with writer.as_default(step=step):
             for name, value in metrics.items():
                 tf.summary.scalar(f"eval/{name}", value)
@@ -357,6 +375,7 @@ class _Job:
             storage.write_json(storage_lib.join(partial, "metrics.json"), metrics)
             for name, content in files.items():
                 storage.write_json(storage_lib.join(partial, name), content)
+            report.write(storage, partial)
             storage.replace_dir(partial, config.model_dir)
         finally:
             storage.remove_tree(partial)
