@@ -187,6 +187,17 @@ def predict_in_subprocess(model_dir: str, records: list[bytes]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def linear_model(schema, num_outputs, config):
+    """A --model_fn builder: the default preprocessing, then one Dense layer (additive in
+    the model's inputs). Tests register it as a module of their own."""
+    import keras
+
+    from trainer import model as model_lib
+    inputs = model_lib.feature_inputs(schema)
+    return keras.Model(inputs, keras.layers.Dense(num_outputs)(
+        model_lib.preprocess(inputs, schema)))
+
+
 def read_records(store: storage_lib.Storage, glob: str, n: int) -> list[bytes]:
     files = [store.path(f) for f in store.glob(glob)]
     return [r.numpy() for r in tf.data.TFRecordDataset(files).take(n)]

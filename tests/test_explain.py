@@ -8,14 +8,12 @@ import subprocess
 import sys
 import types
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, make_config, read_records, subprocess_env
+from conftest import REPO, linear_model, make_config, read_records, subprocess_env
 from trainer import explain, job
-from trainer import model as model_lib
 
 
 def run_predict(*args: str) -> subprocess.CompletedProcess:
@@ -62,13 +60,7 @@ def test_a_linear_model_gets_its_closed_form(fake_gcs, job_uri, monkeypatch):
     # Additive in its inputs (normalised numbers, a category's embedding, one Dense):
     # the Shapley value of feature i is f(baseline with x_i) - f(baseline), in every order.
     module = types.ModuleType("linear_models")
-
-    def linear(schema, num_outputs, config):
-        inputs = model_lib.feature_inputs(schema)
-        return keras.Model(inputs, keras.layers.Dense(num_outputs)(
-            model_lib.preprocess(inputs, schema)))
-
-    module.linear = linear
+    module.linear = linear_model
     monkeypatch.setitem(sys.modules, "linear_models", module)
     config = make_config(fake_gcs, job_uri, "regression", model_fn="linear_models:linear",
                          train_steps=30)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import make_config
+from conftest import linear_model, make_config
 from trainer import config as config_lib
 from trainer import heads
 from trainer import model as model_lib
@@ -62,13 +62,7 @@ def test_head_outputs_classes_as_in_the_data():
 
 def test_custom_model_fn_is_loaded_by_name(fake_gcs, job_uri, monkeypatch):
     module = types.ModuleType("my_models")
-
-    def linear(schema, num_outputs, config):
-        inputs = model_lib.feature_inputs(schema)
-        return keras.Model(inputs, keras.layers.Dense(num_outputs)(
-            model_lib.preprocess(inputs, schema)))
-
-    module.linear = linear
+    module.linear = linear_model
     monkeypatch.setitem(sys.modules, "my_models", module)
     config = make_config(fake_gcs, job_uri, model_fn="my_models:linear")
     model = model_lib.build(SCHEMA, 1, config)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import shutil
 import tempfile
@@ -216,7 +217,7 @@ class _Job:
                 iterator, min(config.steps_per_loop, config.train_steps - step))
             logging.info("the compiled loop waits on %g collective(s) per step and %g per "
                          "loop of %d steps", per_step, per_loop, config.steps_per_loop)
-        writer = self._summary_writer()
+        writer = self._writer
         progress = progress_lib.Progress(config.train_steps, config.batch_size, step)
         loss = float("nan")
         with preemption.StopRequest() as stop:
@@ -313,9 +314,10 @@ class _Job:
                      "%s", len(sample), time.monotonic() - start,
                      " ".join(f"{r['name']}={r['importance']:.4g}"
                               for r in found["features"][:10]))
-        with self._summary_writer().as_default(step=step):
+        with self._writer.as_default(step=step):
             for row in found["features"]:
                 tf.summary.scalar(f"importance/{row['name']}", row["importance"])
+        self._writer.flush()
         return {"feature_importance.json": found, "profile.json": data}
 
     def _log_eval(self, step: int, metrics: dict, writer) -> None:
@@ -327,7 +329,9 @@ class _Job:
             for name, value in metrics.items():
                 tf.summary.scalar(f"eval/{name}", value)
 
-    def _summary_writer(self):
+    @functools.cached_property
+    def _writer(self):
+        """The run's one TensorBoard writer (the chief's; a no-op elsewhere)."""
         if not self.is_chief:
             return tf.summary.create_noop_writer()
         self.storage.makedirs(self.config.tensorboard_dir)

@@ -18,6 +18,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from trainer import storage as storage_lib
+from trainer import cli
 from trainer.cli import fail as _fail
 from trainer.cli import parse_flags
 from trainer.prep.errors import PrepareError
@@ -52,6 +53,8 @@ flags.DEFINE_string("region", None, "Dataflow region.")
 flags.DEFINE_string("temp_location", None, "Dataflow: gs:// folder for temporary files.")
 flags.DEFINE_bool("dry_run", False, "With Beam runners: print the pipeline's options and "
                   "plan, submit nothing.")
+flags.DEFINE_enum("log_format", "auto", list(cli.FORMATS), "json: JSON lines with "
+                  "their severity on stdout (Cloud Logging); auto: json on Vertex AI.")
 flags.DEFINE_string("fake_gcs_root", None, "Serve gs:// paths from this local folder "
                     "(tests, local runs).")
 
@@ -71,6 +74,7 @@ def options_from_flags():
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         return _fail(f"unexpected arguments {argv[1:]}: every option is a --flag")
+    cli.use_format(F.log_format)
     absl_logging.set_verbosity(absl_logging.INFO)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     from trainer.quiet import quiet_stderr
