@@ -7,7 +7,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/.venv-tf217"
 source "$root/scripts/make_venv.sh"
 make_venv "$venv" "TensorFlow 2.17.1, Keras 3.4.1" "tensorflow==2.17.1" "keras==3.4.1" \
-  "absl-py>=1.0" "tensorboard>=2.16" "pytest>=7"
+  "absl-py>=1.0" "tensorboard>=2.16" "matplotlib>=3.7" "pytest>=7"
 cd "$root"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 exec "$venv/bin/python" -m pytest tests/test_training.py tests/test_export.py \

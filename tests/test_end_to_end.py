@@ -95,6 +95,14 @@ def test_three_workers_match_one_process(fake_gcs, job_uri, store, tmp_path,
     assert cluster_metrics["examples"] == single_metrics["examples"] == 128
     for key in ("auRoc", "auPrc", "logLoss", "accuracy"):
         assert cluster_metrics[key] == pytest.approx(single_metrics[key], abs=1e-4), key
+    # So does the full evaluation: the confusion matrix and every threshold's counts.
+    cluster_eval = store.read_json(f"{job_uri}/model/evaluation.json")["metrics"]
+    single_eval = store.read_json(f"{single_process_model}/evaluation.json")["metrics"]
+    assert cluster_eval["confusionMatrix"] == single_eval["confusionMatrix"]
+    # (+-1 record: predictions agree within 1e-4, and one may sit on a threshold.)
+    for a, b in zip(cluster_eval["confidenceMetrics"], single_eval["confidenceMetrics"]):
+        for count in ("truePositiveCount", "falsePositiveCount"):
+            assert abs(a[count] - b[count]) <= 1, (a, b)
     # Only the chief's outputs remain: one event file, no worker scratch left behind.
     assert len(store.glob(f"{job_uri}/logs/*")) == 1
     assert set(store.listdir(job_uri)) == {"model", "checkpoints", "logs"}
