@@ -448,3 +448,15 @@ def test_bigquery_table_trains(tmp_path, bigquery):
     assert sum(report["rows"][s] for s in NAMES) == 120
     model = train(out, str(tmp_path / "job"), "regression", "amount")
     assert os.path.exists(os.path.join(model, "saved_model.pb"))
+
+
+def test_direct_runner_reads_bigquery_streams_like_the_local_runner(tmp_path, bigquery):
+    options = Options(output=str(tmp_path / "beam"), bigquery_table="proj.ds.tbl", label="y",
+                      num_shards=1)
+    report = beam_lib.run(options, STORE, beam_lib.pipeline_options(
+        "DirectRunner", None, None, None))
+    loc, local_report = prepare(tmp_path, "local", bigquery_table="proj.ds.tbl", label="y",
+                                num_shards=1)
+    for s in NAMES:
+        assert raw_records(str(tmp_path / "beam"), s) == raw_records(loc, s), s
+    assert report["rows"] == local_report["rows"]

@@ -175,8 +175,7 @@ class BigQuerySource:
 
     def __init__(self, table: str | None, query: str | None, project: str | None,
                  max_streams: int = 0) -> None:
-        from trainer.prep import bigquery
-        self._bigquery = bigquery
+        from trainer.prep import bigquery  # the Google clients, only when asked for
         self.session = bigquery.read_session(table, query, project, max_streams)
         self.what = table or "the query's result"
 
@@ -190,7 +189,8 @@ class BigQuerySource:
         return self.session.estimated_rows
 
     def read(self, part: Part) -> Iterator[pa.RecordBatch]:
-        for batch in self._bigquery.read_stream(self.session, part.where):
+        from trainer.prep import bigquery
+        for batch in bigquery.read_stream(self.session, part.where):
             for start in range(0, batch.num_rows, BATCH_ROWS):
                 yield batch.slice(start, BATCH_ROWS)
 
