@@ -222,7 +222,9 @@ def distribute(strategy: tf.distribute.Strategy, files: list[str],
       cache: 'memory' or 'stream', for training data.
 
     Returns:
-      A distributed dataset whose elements are per-replica (features, label) batches.
+      A distributed dataset whose elements are per-replica (features, label) batches;
+      for training under MultiWorkerMirroredStrategy with one replica per worker, this
+      worker's own dataset of its replica's batches (see below).
     """
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         per_replica = ctx.get_per_replica_batch_size(global_batch_size)
@@ -236,7 +238,20 @@ def distribute(strategy: tf.distribute.Strategy, files: list[str],
             step_size=per_step, start_step=start_step, cache=cache,
             skip_corrupt=skip_corrupt, repeat=repeat)
 
+    if training and _one_replica_per_worker(strategy):
+        # The same dataset_fn, with the input context the strategy would pass, iterated
+        # plainly: the distributed iterator of MultiWorkerMirroredStrategy goes through a
+        # MultiDeviceIterator whose per-batch function call took 0.72 ms of a 2-worker
+        # step on 2 cores (a profile); a 2-worker loop made 566 steps/s this way against
+        # 488. Evaluation keeps the distributed iterator, which handles uneven last batches.
+        return dataset_fn(strategy.extended._make_input_context())
     return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def _one_replica_per_worker(strategy: tf.distribute.Strategy) -> bool:
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and len(strategy.extended.worker_devices) == 1
+            and hasattr(strategy.extended, "_make_input_context"))
 
 
 def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
