@@ -109,7 +109,9 @@ def trainer_metrics(name: str, task: str, train: str, evaluation: str, extra: st
                     seed: str) -> dict:
     job = os.path.join(FLAGS.data_dir, "jobs", f"{name}-{time.time_ns()}")
     args = [sys.executable, "-m", "trainer.task", f"--train_data={train}",
-            f"--eval_data={evaluation}", "--label=target", f"--task={task}",
+            # The 20% is test data, never seen while training or selecting the model;
+            # validation is held out of the training records (--holdout_fraction).
+            f"--test_data={evaluation}", "--label=target", f"--task={task}",
             f"--job_dir={job}", f"--seed={seed}", *extra.split()]
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -11,7 +11,7 @@ python -m trainer.sample_data --fake_gcs_root="$fake_gcs" \
 
 python -m trainer.task --fake_gcs_root="$fake_gcs" \
   --train_data='gs://sample-bucket/data/train-*.tfrecord' \
-  --eval_data='gs://sample-bucket/data/eval-*.tfrecord' \
+  --validation_data='gs://sample-bucket/data/eval-*.tfrecord' \
   --label=label --task=binary --job_dir="$job_dir" \
   --train_steps=2000 --steps_per_loop=200 --eval_every_steps=1000 --seed=42 "$@"
 

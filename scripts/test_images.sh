@@ -109,7 +109,7 @@ for task in regression binary multiclass; do
     --task="$task" --train_examples=2000 --eval_examples=500 > "$work/data-$task.log" 2>&1 \
     || { tail -30 "$work/data-$task.log" >&2; exit 1; }
   run_entrypoint "$train" --fake_gcs_root="$gcs" --train_data="gs://bucket/$task/train-*" \
-    --eval_data="gs://bucket/$task/eval-*" --label=label --task="$task" \
+    --validation_data="gs://bucket/$task/eval-*" --label=label --task="$task" \
     --job_dir="gs://bucket/jobs/$task" --train_steps=300 --seed=1 > "$work/train-$task.log" 2>&1 \
     || { tail -30 "$work/train-$task.log" >&2; exit 1; }
   grep -q "installed the staged package gs://bucket/staging/$sdist" "$work/train-$task.log"

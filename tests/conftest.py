@@ -87,7 +87,7 @@ def data_globs(task: str) -> tuple[str, str]:
 def job_values(fake_gcs: str, job_uri: str, task: str, **overrides) -> dict:
     """A small, fast job on the tiny dataset of `task`, as flag values."""
     train, evaluation = data_globs(task)
-    values = dict(train_data=train, eval_data=evaluation, label="label", task=task,
+    values = dict(train_data=train, validation_data=evaluation, label="label", task=task,
                   job_dir=job_uri, fake_gcs_root=fake_gcs, batch_size=32, train_steps=20,
                   steps_per_loop=10, hidden_units="16,8", seed=7, shuffle_buffer=256)
     values.update(overrides)

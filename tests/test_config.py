@@ -24,7 +24,10 @@ def test_vertex_environment_is_the_default():
     assert config.model_dir == "gs://v/out/model"  # trailing slash dropped
     assert config.checkpoint_dir == "gs://v/out/checkpoints"
     assert config.tensorboard_dir == "gs://v/out/logs"
-    assert (config.train_data, config.eval_data) == ("gs://v/t-*", "gs://v/e-*")
+    assert (config.train_data, config.validation_data) == ("gs://v/t-*", "gs://v/e-*")
+    assert config.test_data is None
+    assert config_lib.make_config(env={**env, "AIP_TEST_DATA_URI": "gs://v/x-*"}, label="y",
+                                  task="regression").test_data == "gs://v/x-*"
 
 
 def test_flags_win_over_environment():
@@ -54,7 +57,13 @@ def test_config_is_frozen_and_serialisable():
     (dict(train_data=None), "--train_data is not set"),
     (dict(job_dir=None),
      "--model_dir is not set: pass --job_dir, --model_dir, or set AIP_MODEL_DIR"),
-    (dict(eval_data="gs:///x"), "--eval_data: bad Cloud Storage path"),
+    (dict(validation_data="gs:///x"), "--validation_data: bad Cloud Storage path"),
+    (dict(test_data="gs://"), "--test_data: bad Cloud Storage path"),
+    (dict(selection_metric="auc"), "--selection_metric='auc': --task=binary reports loss, "
+                                   "logLoss, accuracy"),
+    (dict(holdout_fraction=0.9), "--holdout_fraction=0.9: expected a number from 0"),
+    (dict(early_stopping_patience=-1), "--early_stopping_patience=-1: expected an integer"),
+    (dict(eval_every_steps=-1), "--eval_every_steps=-1: expected an integer >= 0"),
 ])
 def test_bad_values_name_the_flag(overrides, fragment):
     with pytest.raises(config_lib.ConfigError) as e:

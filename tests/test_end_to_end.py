@@ -13,13 +13,17 @@ from conftest import (BUCKET, data_globs, free_ports, predict_in_subprocess, rea
 
 
 def test_local_run_with_gcs_paths_trains_and_exports(fake_gcs, job_uri, store):
-    proc = run_task(task_args(fake_gcs, job_uri, task="multiclass", train_steps=40,
-                              eval_every_steps=20))
+    # --eval_data: the older name of --validation_data keeps working.
+    args = [a.replace("--validation_data=", "--eval_data=")
+            for a in task_args(fake_gcs, job_uri, task="multiclass", train_steps=40,
+                               eval_every_steps=20)]
+    proc = run_task(args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stderr
     assert "step 20/40 loss=" in log and "step 40/40 loss=" in log
     assert "examples/s=" in log and "time_left=" in log
-    assert "eval at step 20:" in log and "final metrics:" in log
+    assert f"selecting the model with the lowest logLoss on {data_globs('multiclass')[1]}" in log
+    assert "validation at step 20:" in log and "final metrics:" in log
     assert "strategy default with 1 replica(s)" in log
     model_dir = f"{job_uri}/model"
     served = predict_in_subprocess(store.path(model_dir),

@@ -23,18 +23,20 @@ from test_schema import example
 
 # Long enough to be killed in the middle; tiny batches keep it a few seconds.
 RESUME_FLAGS = dict(task="binary", batch_size=16, train_steps=600, steps_per_loop=20,
-                    checkpoint_every_steps=100, eval_data=None)
+                    checkpoint_every_steps=100, validation_data=None)
 
 
 def final_weights(store, checkpoint_dir: str) -> dict[str, np.ndarray]:
-    """Every model and optimizer variable of the newest checkpoint."""
+    """Every model, optimizer and model-selection variable of the newest checkpoint (the
+    best weights so far, their step and value: what the export will be)."""
     reader = tf.train.load_checkpoint(store.path(checkpoint_dir))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-            if name.startswith(("model/", "optimizer/"))}
+            if name.startswith(("model/", "optimizer/", "selection/"))}
 
 
 def assert_same_weights(a: dict, b: dict, tolerance: float) -> None:
     assert a.keys() == b.keys() and len(a) > 4
+    assert any(k.startswith("selection/") for k in a)
     worst = max(float(np.max(np.abs(a[k] - b[k]))) if a[k].size else 0.0 for k in a)
     assert worst <= tolerance, worst
 
@@ -87,13 +89,17 @@ def uninterrupted_runs(fake_gcs, store):
 
     def get(cache: str = "auto") -> dict[str, np.ndarray]:
         if cache not in weights:
-            job = f"gs://{BUCKET}/jobs/uninterrupted-{cache}"
-            proc = run_task(task_args(fake_gcs, job, cache=cache, **RESUME_FLAGS))
+            proc = run_task(task_args(fake_gcs, uninterrupted_job(cache), cache=cache,
+                                      **RESUME_FLAGS))
             assert proc.returncode == 0, proc.stderr[-3000:]
-            weights[cache] = final_weights(store, f"{job}/checkpoints")
+            weights[cache] = final_weights(store, f"{uninterrupted_job(cache)}/checkpoints")
         return weights[cache]
 
     return get
+
+
+def uninterrupted_job(cache: str) -> str:
+    return f"gs://{BUCKET}/jobs/uninterrupted-{cache}"
 
 
 @pytest.fixture
@@ -117,6 +123,15 @@ def test_sigkill_then_restart_ends_with_the_uninterrupted_weights(fake_gcs, job_
     # Same data order from the restored position: no example twice, none skipped.
     assert_same_weights(final_weights(store, f"{job_uri}/checkpoints"),
                         uninterrupted_runs(cache), 1e-6)
+    # The same model selected and exported: validation held out by hash (no
+    # --validation_data), evaluated every 40 steps, the best kept across the restart.
+    resumed = store.read_json(f"{job_uri}/model/metrics.json")
+    straight = store.read_json(f"{uninterrupted_job(cache)}/model/metrics.json")
+    assert resumed["selection"]["step"] == straight["selection"]["step"]
+    assert "evaluating every 40 steps" in restarted.stderr
+    for key in ("logLoss", "auRoc", "accuracy", "examples"):
+        assert resumed["validation"][key] == pytest.approx(straight["validation"][key],
+                                                           abs=1e-6), key
 
 
 def test_sigterm_checkpoints_exits_143_and_resumes(fake_gcs, job_uri, store, uninterrupted):
@@ -158,7 +173,8 @@ def test_sigterm_to_one_worker_stops_the_whole_cluster_and_resumes_exactly(fake_
     """Vertex may signal one VM only: every task must stop at the same step and save.
     Restarted, the cluster ends with the weights of an uninterrupted cluster. Streamed
     (--cache=off) and sharded by file: each worker skips inside its own files."""
-    flags = {**RESUME_FLAGS, "cache": "off", "shard_by": "file"}
+    # Evaluations on a fixed schedule: unset, it would follow --train_steps, which differs.
+    flags = {**RESUME_FLAGS, "cache": "off", "shard_by": "file", "eval_every_steps": 20}
     chief, worker = two_worker_jobs(task_args(fake_gcs, job_uri, **{**flags,
                                                                      "train_steps": 100_000}))
     try:
@@ -280,7 +296,7 @@ def bad_data(fake_gcs, store) -> dict[str, str]:
 
 def on(folder: str, schema: bool = True) -> dict:
     """Flags that train on a bad-data folder, with or without its schema."""
-    return dict(train_data=f"{{{folder}}}/*.tfrecord", eval_data=None, batch_size=8,
+    return dict(train_data=f"{{{folder}}}/*.tfrecord", validation_data=None, batch_size=8,
                 schema=f"{{{folder}}}/schema.json" if schema else None)
 
 

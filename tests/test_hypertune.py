@@ -22,6 +22,15 @@ def test_reports_only_in_a_trial(tmp_path):
         ("7", "0.9", "100"), ("7", "0.95", "200")]
 
 
+def test_tuning_sees_the_selected_models_validation_figure_never_the_test(tmp_path):
+    env = {"CLOUD_ML_HP_METRIC_FILE": str(tmp_path / "m"), "CLOUD_ML_TRIAL_ID": "3"}
+    metrics = {"accuracy": 0.7, "step": 500, "test": {"accuracy": 0.7},
+               "validation": {"accuracy": 0.8}, "selection": {"step": 300}}
+    hypertune.report("accuracy", metrics, env)
+    entry = json.loads((tmp_path / "m").read_text())
+    assert (entry["accuracy"], entry["global_step"]) == ("0.8", "300")
+
+
 def test_training_loss_stands_in_without_eval_data(tmp_path):
     env = {"CLOUD_ML_HP_METRIC_FILE": str(tmp_path / "m"), "CLOUD_ML_TRIAL_ID": "1"}
     hypertune.report("loss", {"train_loss": 0.5, "step": 10}, env)

@@ -29,7 +29,7 @@ def test_planted_features_rank_strong_weak_useless(tmp_path):
     local.run(Options(output=data, input=str(tmp_path / "t.parquet"), label="y",
                       split=splits.parse("random:0.8,0.2,0")), storage_lib.Storage())
     config = config_lib.make_config(
-        env={}, train_data=f"{data}/train-*", eval_data=f"{data}/validation-*", label="y",
+        env={}, train_data=f"{data}/train-*", validation_data=f"{data}/validation-*", label="y",
         task="regression", job_dir=str(tmp_path / "job"), train_steps=600, batch_size=64,
         hidden_units="32,16", seed=3)
     result = job.run(config, tf.distribute.get_strategy())

@@ -405,7 +405,7 @@ def test_failure_in_a_later_file_leaves_no_output(tmp_path):
 
 def train(out: str, job: str, task: str, label: str) -> str:
     from conftest import run_task
-    proc = run_task([f"--train_data={out}/train-*", f"--eval_data={out}/validation-*",
+    proc = run_task([f"--train_data={out}/train-*", f"--validation_data={out}/validation-*",
                      f"--label={label}", f"--task={task}", f"--job_dir={job}",
                      "--train_steps=20", "--batch_size=16", "--hidden_units=8"])
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -94,7 +94,7 @@ def test_regression_targets_at_any_scale(fake_gcs, store, job_uri):
     write(store, "gs://test-bucket/prices/train.tfrecord", records[:1600])
     write(store, "gs://test-bucket/prices/eval.tfrecord", records[1600:])
     flags = dict(train_data="gs://test-bucket/prices/train.tfrecord",
-                 eval_data="gs://test-bucket/prices/eval.tfrecord", label="price",
+                 validation_data="gs://test-bucket/prices/eval.tfrecord", label="price",
                  task="regression", train_steps=300, batch_size=32)
     _, result = train(fake_gcs, job_uri + "/standardised", tf.distribute.get_strategy(),
                       **flags)

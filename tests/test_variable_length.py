@@ -48,7 +48,7 @@ def varlen_data(store):
 
 
 FLAGS = dict(train_data=f"gs://{BUCKET}/varlen/train.tfrecord",
-             eval_data=f"gs://{BUCKET}/varlen/eval.tfrecord", task="binary",
+             validation_data=f"gs://{BUCKET}/varlen/eval.tfrecord", task="binary",
              train_steps=300, learning_rate=1e-2, batch_size=32)
 
 

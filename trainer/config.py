@@ -36,7 +36,8 @@ class Config:
     model_dir: str
     checkpoint_dir: str
     tensorboard_dir: str
-    eval_data: str | None = None
+    validation_data: str | None = None
+    test_data: str | None = None
     weight: str | None = None
     schema: str | None = None
     batch_size: int = 64
@@ -44,7 +45,7 @@ class Config:
     learning_rate: float = 1e-3
     hidden_units: tuple[int, ...] = (64, 32)
     steps_per_loop: int = 100
-    eval_every_steps: int = 0
+    eval_every_steps: int | None = None  # None: EVALUATIONS per run (job.py decides)
     eval_steps: int = 0
     checkpoint_every_steps: int = 0
     seed: int | None = None
@@ -58,6 +59,9 @@ class Config:
     cpu_devices: int = 1
     skip_corrupt_records: bool = False
     hptune_metric: str = "loss"
+    holdout_fraction: float = 0.1  # trainer.splits.FRACTION
+    selection_metric: str | None = None  # None: the task's proper loss (selection.py)
+    early_stopping_patience: int = 0
     fake_gcs_root: str | None = None
 
     def storage(self) -> storage.Storage:
@@ -120,15 +124,15 @@ def parse_hidden_units(text: str) -> tuple[int, ...]:
 def make_config(*, env: Mapping[str, str], job_dir: str | None = None,
                 model_dir: str | None = None, checkpoint_dir: str | None = None,
                 tensorboard_dir: str | None = None, train_data: str | None = None,
-                eval_data: str | None = None, hidden_units: str | tuple[int, ...] = (64, 32),
-                **fields) -> Config:
+                validation_data: str | None = None, test_data: str | None = None,
+                hidden_units: str | tuple[int, ...] = (64, 32), **fields) -> Config:
     """Builds and validates a Config from flag values and the environment.
 
     Args:
       env: the process environment (a plain dict in tests).
       job_dir, model_dir, checkpoint_dir, tensorboard_dir: see `output_dirs`.
-      train_data, eval_data: file globs; default to AIP_TRAINING_DATA_URI and
-        AIP_VALIDATION_DATA_URI.
+      train_data, validation_data, test_data: file globs; default to
+        AIP_TRAINING_DATA_URI, AIP_VALIDATION_DATA_URI and AIP_TEST_DATA_URI.
       hidden_units: '256,128' or a tuple.
       **fields: the other fields of Config, by name.
 
@@ -143,7 +147,8 @@ def make_config(*, env: Mapping[str, str], job_dir: str | None = None,
         hidden_units = parse_hidden_units(hidden_units)
     config = Config(
         train_data=train_data,
-        eval_data=eval_data or env.get("AIP_VALIDATION_DATA_URI") or None,
+        validation_data=validation_data or env.get("AIP_VALIDATION_DATA_URI") or None,
+        test_data=test_data or env.get("AIP_TEST_DATA_URI") or None,
         hidden_units=tuple(hidden_units),
         **output_dirs(job_dir, model_dir, checkpoint_dir, tensorboard_dir, env),
         **fields)
@@ -171,15 +176,23 @@ def validate(config: Config) -> None:
         _at_least(name, getattr(config, name), 1)
     if config.train_steps is not None:
         _at_least("train_steps", config.train_steps, 1)
-    for name in ("eval_every_steps", "eval_steps", "checkpoint_every_steps"):
+    for name in ("eval_steps", "checkpoint_every_steps", "early_stopping_patience"):
         _at_least(name, getattr(config, name), 0)
+    if config.eval_every_steps is not None:
+        _at_least("eval_every_steps", config.eval_every_steps, 0)
     metrics = hypertune.METRICS[config.task]
-    if config.hptune_metric not in metrics:
-        raise ConfigError(f"--hptune_metric={config.hptune_metric!r}: --task={config.task} "
-                          f"reports {', '.join(metrics)}")
+    for name in ("hptune_metric", "selection_metric"):
+        value = getattr(config, name)
+        if value is not None and value not in metrics:
+            raise ConfigError(f"--{name}={value!r}: --task={config.task} reports "
+                              f"{', '.join(metrics)}")
+    if not (isinstance(config.holdout_fraction, (int, float))
+            and 0 <= config.holdout_fraction <= 0.5):
+        raise ConfigError(f"--holdout_fraction={config.holdout_fraction!r}: expected a "
+                          "number from 0 (no held-out validation records) to 0.5")
     if not config.learning_rate > 0:
         raise ConfigError(f"--learning_rate={config.learning_rate}: expected a positive number")
-    for name in ("train_data", "eval_data", "schema", "model_dir", "checkpoint_dir",
+    for name in ("train_data", "validation_data", "test_data", "schema", "model_dir", "checkpoint_dir",
                  "tensorboard_dir"):
         value = getattr(config, name)
         if value and storage.is_gcs(value):

@@ -21,22 +21,32 @@ METRICS = {
     "binary": ("loss", "logLoss", "accuracy", "precision", "recall", "f1", "auRoc", "auPrc"),
     "multiclass": ("loss", "logLoss", "accuracy", "auRoc")}
 
+# Metrics that are better smaller (errors and losses); the others are better larger.
+MINIMIZED = ("loss", "logLoss", "mae", "rmse", "meanAbsoluteError", "rootMeanSquaredError",
+             "meanAbsolutePercentageError", "rootMeanSquaredLogError")
+
 
 def is_trial(env: Mapping[str, str]) -> bool:
     """Vertex sets CLOUD_ML_TRIAL_ID in the tasks of a hyperparameter tuning trial."""
     return bool(env.get("CLOUD_ML_TRIAL_ID"))
 
 
-def report(metric: str, metrics: Mapping[str, float], env: Mapping[str, str]) -> str | None:
-    """Appends `metrics[metric]` to the trial's metric file if this is a trial.
+def report(metric: str, metrics: Mapping, env: Mapping[str, str]) -> str | None:
+    """Appends the selected model's validation `metric` to the trial's metric file if
+    this is a trial.
+
+    Args:
+      metrics: metrics.json's content. Tuning looks at validation figures (its
+        "validation" part), never at test data; without validation data, the summary
+        figures, or the training loss.
 
     Returns:
       The file written, or None outside a trial.
     """
     if not is_trial(env):
         return None
-    # Without --eval_data only the training loss is known.
-    value = metrics.get(metric, metrics.get(f"train_{metric}"))
+    chosen = metrics.get("validation") or metrics
+    value = chosen.get(metric, metrics.get(f"train_{metric}"))
     if value is None:
         logging.warning("cannot report %s to hyperparameter tuning: no evaluation data", metric)
         return None
@@ -44,7 +54,8 @@ def report(metric: str, metrics: Mapping[str, float], env: Mapping[str, str]) ->
     os.makedirs(os.path.dirname(path), exist_ok=True)
     entry = {"timestamp": time.time(), "trial": str(env["CLOUD_ML_TRIAL_ID"]),
              metric: str(float(value)),
-             "global_step": str(int(metrics.get("step", 0)))}
+             "global_step": str(int((metrics.get("selection") or {}).get("step")
+                                    or metrics.get("step", 0)))}
     with open(path, "a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
     logging.info("reported %s=%s to hyperparameter tuning (trial %s)", metric,

@@ -126,7 +126,8 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
                  training: bool, seed: int = 0, shuffle_buffer: int = 10_000,
                  num_shards: int = 1, shard_index: int = 0, shard_by: str = "record",
                  step_size: int | None = None, start_step: int = 0, cache: str = "stream",
-                 skip_corrupt: bool = False, repeat: bool = False) -> tf.data.Dataset:
+                 skip_corrupt: bool = False, repeat: bool = False,
+                 keep=None) -> tf.data.Dataset:
     """Builds batches of (features, label) from local or real-GCS TFRecord paths.
 
     Training order is a function of `seed` alone (see `trainer.records`): that is what
@@ -152,6 +153,7 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
         be resynchronised after a corrupt record, so the rest of that file is lost.
       repeat: read the data forever even when not training: evaluation over a fixed
         number of batches repeats, so it never runs out.
+      keep: which records of the files to use (`trainer.splits.Part`); None: all.
 
     Returns:
       A dataset of (dict of feature tensors, label tensor, weight tensor).
@@ -163,7 +165,7 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
     # Sharding is done here, explicitly; AUTO would re-shard and warn.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     if not training:
-        ds = records_lib.read_blocks(files, skip_corrupt=skip_corrupt)
+        ds = records_lib.read_blocks(files, skip_corrupt=skip_corrupt, keep=keep)
         if repeat:
             ds = ds.repeat()
         if shard_by == "record" and num_shards > 1:  # per record: evaluation is not hot
@@ -178,7 +180,7 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
     stream_step = step_size * num_shards if by_record else step_size
     start = start_step * stream_step
     if cache == "memory":
-        data, n = records_lib.load(files, parse, skip_corrupt=skip_corrupt)
+        data, n = records_lib.load(files, parse, skip_corrupt=skip_corrupt, keep=keep)
         if not n:
             raise DataError(f"no training records could be read from {len(files)} file(s)")
         ds = records_lib.memory_chunks(n, seed=seed, start=start)
@@ -191,10 +193,11 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
     else:
         # Skipping corrupt data may leave nothing, and a stream of empty epochs would
         # never end: count first (a read without parsing) when records can be dropped.
-        if skip_corrupt and not records_lib.count(files, skip_corrupt=True):
+        if (skip_corrupt or keep) and not records_lib.count(files, skip_corrupt=skip_corrupt,
+                                                            keep=keep):
             raise DataError(f"no training records could be read from {len(files)} file(s)")
         ds = records_lib.stream_chunks(files, parse, seed=seed, window=shuffle_buffer,
-                                       start=start, skip_corrupt=skip_corrupt)
+                                       start=start, skip_corrupt=skip_corrupt, keep=keep)
         select = None  # parsed already
     ds = ds.rebatch(stream_step, drop_remainder=True)
     if by_record:
@@ -214,12 +217,14 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
 def distribute(strategy: tf.distribute.Strategy, files: list[str],
                schema: schema_lib.Schema, *, global_batch_size: int, training: bool,
                seed: int, shuffle_buffer: int, shard_by: str, start_step: int = 0,
-               cache: str = "stream", skip_corrupt: bool = False, repeat: bool = False):
+               cache: str = "stream", skip_corrupt: bool = False, repeat: bool = False,
+               keep=None):
     """Builds the per-replica datasets of every worker for `strategy`.
 
     Args:
       start_step: global steps already trained; each pipeline skips its share of them.
       cache: 'memory' or 'stream', for training data.
+      keep: which records of the files to use (`trainer.splits.Part`); None: all.
 
     Returns:
       A distributed dataset whose elements are per-replica (features, label) batches;
@@ -236,7 +241,7 @@ def distribute(strategy: tf.distribute.Strategy, files: list[str],
             shard_index=ctx.input_pipeline_id,
             shard_by=choose_sharding(shard_by, len(files), ctx.num_input_pipelines),
             step_size=per_step, start_step=start_step, cache=cache,
-            skip_corrupt=skip_corrupt, repeat=repeat)
+            skip_corrupt=skip_corrupt, repeat=repeat, keep=keep)
 
     if training and _one_replica_per_worker(strategy):
         # The same dataset_fn, with the input context the strategy would pass, iterated
@@ -255,8 +260,9 @@ def _one_replica_per_worker(strategy: tf.distribute.Strategy) -> bool:
 
 
 def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
-                   skip_corrupt: bool = False) -> Iterator[tuple[str, bytes]]:
-    """Yields up to `limit` (where, serialized record) pairs, taken evenly from `files`.
+                   skip_corrupt: bool = False, keep=None) -> Iterator[tuple[str, bytes]]:
+    """Yields up to `limit` (where, serialized record) pairs, taken evenly from `files`
+    (those that `keep`, a `trainer.splits.Part`, keeps).
 
     Raises:
       DataError: if a file is unreadable or corrupt (unless `skip_corrupt`), naming it.
@@ -265,7 +271,8 @@ def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
         records = tf.data.TFRecordDataset(uri)
         if skip_corrupt:
             records = records.ignore_errors()
-        return records.enumerate().map(lambda i, r: (uri, i, r))
+        numbered = records.enumerate().map(lambda i, r: (uri, i, r))
+        return numbered.filter(lambda u, i, r: keep(r[None])[0]) if keep else numbered
 
     paths = [storage.path(f) for f in files]
     ds = tf.data.Dataset.from_tensor_slices(paths).interleave(

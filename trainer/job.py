@@ -37,6 +37,8 @@ from trainer import progress as progress_lib
 from trainer import records
 from trainer import report
 from trainer import schema as schema_lib
+from trainer import selection as selection_lib
+from trainer import splits as splits_lib
 from trainer import storage as storage_lib
 from trainer import training
 
@@ -101,12 +103,11 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
         raise config_lib.ConfigError(
             f"--batch_size={config.batch_size} does not divide evenly across {replicas} "
             f"replicas; use a multiple of {replicas}")
-    train_files = storage.glob(config.train_data)
-    eval_files = storage.glob(config.eval_data) if config.eval_data else []
+    splits = splits_lib.resolve(config, storage)
     if config.skip_corrupt_records:
-        for problem in inputs.bad_records(storage, train_files, None):
+        for problem in inputs.bad_records(storage, splits.train_files, None):
             logging.warning("skipping the rest of a corrupt file: %s", problem)
-    schema = load_schema(config, storage, train_files)
+    schema = load_schema(config, storage, splits.train_files)
     head = heads.make_head(config.task, schema)
 
     keras.utils.set_random_seed(config.effective_seed())
@@ -115,16 +116,20 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
         optimizer = training.make_optimizer(config.learning_rate)
         # Slot variables must exist before the first step is traced under a strategy.
         optimizer.build(model.trainable_variables)
-    ckpt = checkpoints_lib.Checkpoints(storage, config.checkpoint_dir,
-                                       distribution.is_chief(cluster),
-                                       model=model, optimizer=optimizer)
+    selection = selection_lib.Selection(
+        model, config.selection_metric or selection_lib.default_metric(config.task),
+        config.early_stopping_patience) if splits.validation_files else None
+    ckpt = checkpoints_lib.Checkpoints(
+        storage, config.checkpoint_dir, distribution.is_chief(cluster), model=model,
+        optimizer=optimizer, **({"selection": selection} if selection else {}))
     job = _Job(config, storage, strategy, cluster, schema, ckpt,
                training.Loops(strategy, model, optimizer, head, config.batch_size,
                               config.run_eagerly),
                history_lib.History(storage, config.checkpoint_dir,
-                                   distribution.is_chief(cluster)))
+                                   distribution.is_chief(cluster)),
+               splits, selection)
     try:
-        return job.run(train_files, eval_files)
+        return job.run()
     except tf.errors.OpError as e:
         peer = distribution.lost_peer(e, cluster) if cluster else None
         if not peer:
@@ -148,69 +153,111 @@ class _Job:
     ckpt: checkpoints_lib.Checkpoints
     loops: training.Loops
     history: history_lib.History
+    splits: splits_lib.Splits
+    selection: selection_lib.Selection | None  # None: no validation data
 
     @property
     def is_chief(self) -> bool:
         return distribution.is_chief(self.cluster)
 
-    def run(self, train_files: list[str], eval_files: list[str]) -> Result:
-        if self.config.train_steps is None:
-            with self._naming_bad_records(train_files):
-                steps, why = records.default_train_steps(
-                    [self.storage.path(f) for f in train_files], self.config.batch_size,
-                    skip_corrupt=self.config.skip_corrupt_records)
-            logging.info("training for %s steps (%s)", f"{steps:,}", why)
-            self.config = dataclasses.replace(self.config, train_steps=steps)
+    def run(self) -> Result:
+        self._decide_lengths()
         config = self.config
         resumed = self.ckpt.restore_latest()
         start_step = int(self.loops.optimizer.iterations.numpy())
         if resumed:
             self.history.restore(start_step)
-        if resumed and start_step >= config.train_steps and self._exported(start_step):
+        finished = start_step >= config.train_steps or (self.selection and
+                                                        self.selection.stopped)
+        if resumed and finished and self._exported(start_step):
             logging.info("already finished: step %d of %d, model at %s; nothing to do",
                          start_step, config.train_steps, config.model_dir)
-            return self._result(start_step,
-                                self.storage.read_json(self._model_file("metrics.json")))
+            return self._result(self.storage.read_json(self._model_file("metrics.json")))
         if resumed:
             logging.info("resuming at step %d of %d", start_step, config.train_steps)
-        evaluate = self._evaluator(eval_files)
-        step, metrics = self._train(train_files, start_step, evaluate)
-        sums = evaluate()
-        files = {}
+        validate = self._evaluator(self.splits.validation_files, self.splits.validation_part)
+        step, loss = self._train(start_step, validate)
+        return self._finish(step, loss, validate)
+
+    def _decide_lengths(self) -> None:
+        """Fills in --train_steps and --eval_every_steps where unset, saying why."""
+        config, splits = self.config, self.splits
+        if config.train_steps is None:
+            with self._naming_bad_records(splits.train_files):
+                steps, why = records.default_train_steps(
+                    [self.storage.path(f) for f in splits.train_files], config.batch_size,
+                    skip_corrupt=config.skip_corrupt_records, keep=splits.train_part)
+            logging.info("training for %s steps (%s)", f"{steps:,}", why)
+            config = dataclasses.replace(config, train_steps=steps)
+        if config.eval_every_steps is None:
+            every, why = selection_lib.eval_every(config.train_steps, config.steps_per_loop)
+            if self.selection:
+                logging.info("evaluating every %s steps (%s)", f"{every:,}", why)
+            config = dataclasses.replace(config, eval_every_steps=every)
+        if self.selection:
+            logging.info("selecting the model with the %s %s on %s",
+                         "lowest" if selection_lib.minimized(self.selection.metric)
+                         else "highest", self.selection.metric, splits.validation_name)
+        self.config = config
+
+    def _finish(self, step: int, loss: float, validate) -> Result:
+        """Puts the selected model in place, evaluates it and exports it."""
+        config, head, selection = self.config, self.loops.head, self.selection
+        summary = {"train_loss": loss, "step": step,
+                   "data": {"training": self.splits.train_part.describe(config.train_data)
+                            if self.splits.train_part else config.train_data}}
+        files, sums, data = {}, None, None
+        if selection:
+            selected = selection.restore_best()
+            sums, data = validate(), self.splits.validation_name
+            summary["validation"] = metrics_lib.finish(head, sums)
+            summary["data"]["validation"] = data
+            summary["selection"] = {
+                "metric": selection.metric, "step": selected,
+                "value": selection.best_value if selected is not None else None,
+                "goal": "minimize" if selection_lib.minimized(selection.metric)
+                        else "maximize",
+                "stoppedEarly": selection.stopped}
+            logging.info("selected the model of step %s (%s=%.5g on validation)", selected,
+                         selection.metric, summary["validation"][selection.metric])
+        if self.splits.test_files:
+            sums, data = self._evaluator(self.splits.test_files, None)(), config.test_data
+            summary["test"] = metrics_lib.finish(head, sums)
+            summary["data"]["test"] = data
         if sums:
-            metrics = metrics_lib.finish(self.loops.head, sums)
-            self.history.add_eval(step, metrics)
-            files["evaluation.json"] = evaluation.evaluate(
-                self.loops.head, self.schema, sums, data=config.eval_data)
-            if self.is_chief:
-                files.update(self._on_a_sample(eval_files, step))
-        metrics = {**metrics, "step": step}
+            summary["data"]["metrics"] = "test" if self.splits.test_files else "validation"
+            files["evaluation.json"] = evaluation.evaluate(head, self.schema, sums, data=data)
+            if self.is_chief and self.splits.validation_files:
+                files.update(self._on_a_sample(step))
+        metrics = {**(metrics_lib.finish(head, sums) if sums else {}), **summary}
         files[history_lib.FILE] = self.history.to_json()
-        logging.info("final metrics: %s", _fmt(metrics))
+        logging.info("final metrics: %s%s", _fmt(metrics),
+                     f" (on the {summary['data']['metrics']} data)" if sums else "")
         self._export(metrics, files)
-        return self._result(step, metrics)
+        return self._result(metrics)
 
-    def _result(self, step: int, metrics: dict) -> Result:
+    def _result(self, metrics: dict) -> Result:
         return Result(model=self.loops.model, optimizer=self.loops.optimizer,
-                      schema=self.schema, head=self.loops.head, metrics=metrics, step=step)
+                      schema=self.schema, head=self.loops.head, metrics=metrics,
+                      step=int(metrics["step"]))
 
-    def _train(self, train_files, step, evaluate) -> tuple[int, dict]:
+    def _train(self, step, validate) -> tuple[int, float]:
         """The outer loop: inner loops of `steps_per_loop` steps, and actions between."""
-        config, storage = self.config, self.storage
-        if step >= config.train_steps:
-            return step, {}
-        size = sum(storage.size(f) for f in train_files)
+        config, storage, files = self.config, self.storage, self.splits.train_files
+        if step >= config.train_steps or (self.selection and self.selection.stopped):
+            return step, float("nan")
+        size = sum(storage.size(f) for f in files)
         if not size:  # a stream of empty epochs would never end
             raise inputs.DataError(f"the training files of {config.train_data!r} are empty")
         cache, why = records.choose_cache(config.cache, size)
         logging.info("training records from %s (%s)", cache, why)
-        with self._naming_bad_records(train_files):
+        with self._naming_bad_records(files):
             dataset = inputs.distribute(
-                self.strategy, [storage.path(f) for f in train_files], self.schema,
+                self.strategy, [storage.path(f) for f in files], self.schema,
                 global_batch_size=config.batch_size, training=True,
                 seed=config.effective_seed(), shuffle_buffer=config.shuffle_buffer,
                 shard_by=config.shard_by, start_step=step, cache=cache,
-                skip_corrupt=config.skip_corrupt_records)
+                skip_corrupt=config.skip_corrupt_records, keep=self.splits.train_part)
         iterator = iter(dataset)
         if self.strategy.num_replicas_in_sync > 1 and not config.run_eagerly:
             per_step, per_loop = self.loops.collectives_per_step(
@@ -227,7 +274,7 @@ class _Job:
                                 *(_until(step, every) for every in
                                   (config.eval_every_steps, config.checkpoint_every_steps)
                                   if every))
-                with self._naming_bad_records(train_files):
+                with self._naming_bad_records(files):
                     loss = float(self.loops.train(iterator, tf.constant(num_steps)))
                 step += num_steps
                 if not tf.math.is_finite(loss):
@@ -241,16 +288,34 @@ class _Job:
                 with writer.as_default(step=step):
                     tf.summary.scalar("loss", loss)
                     tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
-                if _due(step, config.eval_every_steps) and step < config.train_steps:
-                    sums = evaluate()
-                    if sums:
-                        self._log_eval(step, metrics_lib.finish(self.loops.head, sums), writer)
+                if self.selection and (_due(step, config.eval_every_steps)
+                                       or step == config.train_steps):
+                    if self._validate(step, validate()):
+                        break
                 if _due(step, config.checkpoint_every_steps):
                     self._checkpoint(step)
         if not _due(step, config.checkpoint_every_steps):
             self._checkpoint(step)  # the end, unless the loop just saved it
         writer.flush()
-        return step, {"train_loss": loss}
+        return step, loss
+
+    def _validate(self, step: int, sums: dict) -> bool:
+        """Logs an evaluation of the model at `step` and offers it for selection;
+        returns whether training should stop early."""
+        metrics = metrics_lib.finish(self.loops.head, sums)
+        better = self.selection.consider(step, metrics)
+        logging.info("validation at step %d: %s%s", step, _fmt(metrics),
+                     " (best so far)" if better else "")
+        self.history.add_eval(step, metrics)
+        with self._writer.as_default(step=step):
+            for name, value in metrics.items():
+                tf.summary.scalar(f"eval/{name}", value)
+        if self.selection.stopped:
+            logging.info("stopping early at step %d: no better %s in %d evaluations (the "
+                         "best, %.5g, at step %d)", step, self.selection.metric,
+                         self.selection.patience, self.selection.best_value,
+                         self.selection.selected_step)
+        return self.selection.stopped
 
     def _checkpoint(self, step: int) -> None:
         self.ckpt.save(step)
@@ -279,17 +344,19 @@ class _Job:
                 f"stopped by SIGTERM at step {step} of {self.config.train_steps}; checkpoint "
                 f"saved to {self.config.checkpoint_dir}; run the job again to resume")
 
-    def _evaluator(self, eval_files):
-        """Returns a function that evaluates on --eval_data and returns the summed
-        `metrics.batch_sums` (as numpy), or None without eval data."""
+    def _evaluator(self, files: list[str], part: splits_lib.Part | None):
+        """Returns a function that evaluates the model on `files` (the records of them
+        `part` keeps) and returns the summed `metrics.batch_sums` (as numpy), or None
+        without files."""
         config, loops = self.config, self.loops
-        if not eval_files:
+        if not files:
             return lambda: None
         dataset = inputs.distribute(
-            self.strategy, [self.storage.path(f) for f in eval_files], self.schema,
+            self.strategy, [self.storage.path(f) for f in files], self.schema,
             global_batch_size=config.batch_size, training=False, seed=0,
             shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by,
-            skip_corrupt=config.skip_corrupt_records, repeat=bool(config.eval_steps))
+            skip_corrupt=config.skip_corrupt_records, repeat=bool(config.eval_steps),
+            keep=part)
 
         def evaluate() -> dict:
             if config.eval_steps:
@@ -300,16 +367,18 @@ class _Job:
 
         return evaluate
 
-    def _on_a_sample(self, eval_files: list[str], step: int) -> dict:
-        """What the chief measures on a sample of the evaluation data: feature importance
+    def _on_a_sample(self, step: int) -> dict:
+        """What the chief measures on a sample of the validation data: feature importance
         (also written to TensorBoard) and the data's profile (profile.py)."""
         start = time.monotonic()
+        splits = self.splits
         sample = [r for _, r in inputs.sample_records(
-            self.storage, eval_files, importance.SAMPLE, self.config.skip_corrupt_records)]
+            self.storage, splits.validation_files, importance.SAMPLE,
+            self.config.skip_corrupt_records, keep=splits.validation_part)]
         found = importance.permutation_importance(
-            self.loops.model, self.loops.head, self.schema, sample, self.config.eval_data)
+            self.loops.model, self.loops.head, self.schema, sample, splits.validation_name)
         data = profile.profile(self.loops.model, self.loops.head, self.schema, sample,
-                               self.config.eval_data)
+                               splits.validation_name)
         logging.info("feature importance (loss increase when shuffled, %d records, %.1fs): "
                      "%s", len(sample), time.monotonic() - start,
                      " ".join(f"{r['name']}={r['importance']:.4g}"
@@ -319,15 +388,6 @@ class _Job:
                 tf.summary.scalar(f"importance/{row['name']}", row["importance"])
         self._writer.flush()
         return {"feature_importance.json": found, "profile.json": data}
-
-    def _log_eval(self, step: int, metrics: dict, writer) -> None:
-        if not metrics:
-            return
-        logging.info("eval at step %d: %s", step, _fmt(metrics))
-        self.history.add_eval(step, metrics)
-        with writer.as_default(step=step):
-            for name, value in metrics.items():
-                tf.summary.scalar(f"eval/{name}", value)
 
     @functools.cached_property
     def _writer(self):
@@ -398,4 +458,5 @@ def _until(step: int, every: int) -> int:
 
 
 def _fmt(metrics: dict) -> str:
-    return " ".join(f"{k}={v:.5g}" for k, v in sorted(metrics.items()))
+    return " ".join(f"{k}={v:.5g}" for k, v in sorted(metrics.items())
+                    if isinstance(v, (int, float)))

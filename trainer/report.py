@@ -58,7 +58,8 @@ def render(files: dict) -> str:
     matplotlib.use("Agg")  # no display; PNG only
     config, metrics = files["config.json"], files["metrics.json"]
     task = config.get("task", "")
-    parts = [f"<h1>{_e(task)} model, step {metrics.get('step', '?')}</h1>",
+    step = (metrics.get("selection") or {}).get("step") or metrics.get("step", "?")
+    parts = [f"<h1>{_e(task)} model, step {step}</h1>",
              _section_run(files), _section_curves(files)]
     evaluation = files.get("evaluation.json")
     if evaluation and task == "regression":
@@ -80,11 +81,22 @@ def _section_run(files: dict) -> str:
              len(f.get("vocabulary", [])) or ""] for f in schema["features"]]
     settings = [[k, v if not isinstance(v, list) else ",".join(map(str, v))]
                 for k, v in sorted(config.items()) if v not in (None, "", [])]
+    data = metrics.get("data") or {}
+    selection = metrics.get("selection") or {}
+    sources = "; ".join(f"{use} data {_e(where)}" for use, where in data.items()
+                        if use != "metrics")
     return ("<h2>The run</h2>"
-            f"<p>training data {_e(config.get('train_data'))}; evaluation data "
-            f"{_e(config.get('eval_data') or 'none')}; label {_e(schema['label']['name'])}"
+            f"<p>{sources or 'training data ' + _e(config.get('train_data'))}; label "
+            f"{_e(schema['label']['name'])}"
             + (f"; trained for {seconds:.0f} s" if seconds else "") + "</p>"
-            + _table(["metric", "value"], [[k, _num(v)] for k, v in sorted(metrics.items())])
+            + (f"<p>exported: the model of step {selection['step']}, the best "
+               f"{_e(selection['metric'])} on validation ({_num(selection['value'])}) of the "
+               f"{metrics.get('step')} steps trained"
+               + (", stopped early" if selection.get("stoppedEarly") else "") + "</p>"
+               if selection.get("step") is not None else "")
+            + (f"<p>figures on {_e(data['metrics'])} data</p>" if data.get("metrics") else "")
+            + _table(["metric", "value"], [[k, _num(v)] for k, v in sorted(metrics.items())
+                                           if isinstance(v, (int, float))])
             + _table(["feature", "dtype", "kind", "size", "missing (eval sample)",
                       "vocabulary"], rows)
             + "<details><summary>settings</summary>"
@@ -96,7 +108,8 @@ def _section_curves(files: dict) -> str:
     train, evals = history.get("train", []), history.get("eval", [])
     if not train and not evals:
         return ""
-    step = files["metrics.json"].get("step")
+    metrics = files["metrics.json"]
+    step = (metrics.get("selection") or {}).get("step") or metrics.get("step")
     fig, ax = _figure()
     if train:
         ax.plot([e["step"] for e in train], [e["loss"] for e in train], label="training loss")

@@ -26,8 +26,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 F = flags.FLAGS
 flags.DEFINE_string("train_data", None, "Glob of training TFRecord files (gs:// or local). "
                     "Default: $AIP_TRAINING_DATA_URI.")
-flags.DEFINE_string("eval_data", None, "Glob of evaluation TFRecord files. "
-                    "Default: $AIP_VALIDATION_DATA_URI; none: no evaluation.")
+flags.DEFINE_string("validation_data", None, "Glob of validation TFRecord files: evaluated "
+                    "during training to select the model exported. Default: "
+                    "$AIP_VALIDATION_DATA_URI; none: --holdout_fraction of the training "
+                    "records.")
+flags.DEFINE_alias("eval_data", "validation_data")
+flags.DEFINE_string("test_data", None, "Glob of test TFRecord files, evaluated once on the "
+                    "selected model; metrics.json reports it. Default: $AIP_TEST_DATA_URI.")
+flags.DEFINE_float("holdout_fraction", 0.1, "Without --validation_data, this fraction of the "
+                   "training records (chosen by a hash of each record) validates instead of "
+                   "training; 0: no validation, the last model is exported.")
+flags.DEFINE_string("selection_metric", None, "Validation metric that selects the model "
+                    "exported (lower is better for losses and errors, higher for the rest). "
+                    "Default: logLoss, or rootMeanSquaredError for regression.")
+flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations in a "
+                     "row without a better --selection_metric; 0: train all --train_steps.")
 flags.DEFINE_string("label", None, "Name of the target feature.")
 flags.DEFINE_string("weight", None, "Numeric feature that weights each record's loss and "
                     "metrics (not a model input); a record without it weighs 1.")
@@ -46,8 +59,10 @@ flags.DEFINE_integer("train_steps", None, "Optimizer steps in all; unset: 10 epo
 flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
 flags.DEFINE_string("hidden_units", "64,32", "Sizes of the hidden layers, e.g. 256,128.")
 flags.DEFINE_integer("steps_per_loop", 100, "Steps per compiled inner loop (one log line).")
-flags.DEFINE_integer("eval_every_steps", 0, "Evaluate every N steps; 0: only at the end.")
-flags.DEFINE_integer("eval_steps", 0, "Batches per evaluation; 0: all of --eval_data.")
+flags.DEFINE_integer("eval_every_steps", None, "Evaluate every N steps (and at the end); "
+                     "unset: 20 times per run; 0: only at the end.")
+flags.DEFINE_integer("eval_steps", 0, "Batches per evaluation; 0: all of the validation "
+                     "data.")
 flags.DEFINE_integer("checkpoint_every_steps", 0, "Checkpoint every N steps; 0: at the end.")
 flags.DEFINE_integer("seed", None, "Seed for initialisation and data order; unset, one is "
                      "derived from --train_data and --checkpoint_dir.")
@@ -68,20 +83,22 @@ flags.DEFINE_integer("cpu_devices", 1, "Without GPUs, split the CPU into this ma
                      "devices (mirrored replicas), to debug multi-replica runs locally.")
 flags.DEFINE_bool("skip_corrupt_records", False, "Log and skip corrupt TFRecord data "
                   "(the rest of a corrupt file) instead of stopping.")
-flags.DEFINE_string("hptune_metric", "loss", "Final evaluation metric reported to Vertex "
-                    "hyperparameter tuning when run as a trial (loss, accuracy, mae, rmse).")
+flags.DEFINE_string("hptune_metric", "loss", "Validation metric of the selected model "
+                    "reported to Vertex hyperparameter tuning when run as a trial (loss, "
+                    "accuracy, mae, rmse, ...).")
 flags.DEFINE_enum("log_format", "auto", list(cli.FORMATS), "json: one JSON object per line "
                   "on stdout with its severity, as Cloud Logging reads it; text: lines on "
                   "stderr; auto: json on Vertex AI (CLOUD_ML_JOB_ID is set), else text.")
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
                     "DIR/BUCKET/PATH: run the cloud command line locally.")
 
-FIELDS = ("train_data", "eval_data", "label", "weight", "task", "schema", "job_dir", "model_dir",
+FIELDS = ("train_data", "validation_data", "test_data", "label", "weight", "task", "schema", "job_dir", "model_dir",
           "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps", "learning_rate",
           "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
           "checkpoint_every_steps", "seed", "shuffle_buffer", "cache", "schema_sample_records",
           "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
-          "skip_corrupt_records", "hptune_metric", "fake_gcs_root")
+          "skip_corrupt_records", "hptune_metric", "holdout_fraction", "selection_metric",
+          "early_stopping_patience", "fake_gcs_root")
 # Exit codes: Vertex AI restarts a task that exits non-zero.
 EXIT_PEER_LOST = 3   # another task died: restart all tasks, they resume
 

@@ -15,11 +15,9 @@ from google.cloud import aiplatform_v1 as v1
 from google.protobuf import duration_pb2
 
 from trainer import bootstrap
+from trainer.hypertune import MINIMIZED
 
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
-# Metrics that are better smaller (errors and losses); the others are better larger.
-MINIMIZED = ("loss", "logLoss", "mae", "rmse", "meanAbsoluteError", "rootMeanSquaredError",
-             "meanAbsolutePercentageError", "rootMeanSquaredLogError")
 GOALS = {"maximize": v1.StudySpec.MetricSpec.GoalType.MAXIMIZE,
          "minimize": v1.StudySpec.MetricSpec.GoalType.MINIMIZE}
 SCALES = {"linear": v1.StudySpec.ParameterSpec.ScaleType.UNIT_LINEAR_SCALE,

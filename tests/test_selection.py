@@ -1,0 +1,127 @@
+"""Model selection: the exported model is the best one on validation data, early
+stopping, test data evaluated once, and which data each figure comes from."""
+
+import logging
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import data_globs, make_config, read_records
+from trainer import job
+from trainer import selection as selection_lib
+
+
+def small_model() -> keras.Model:
+    inputs = keras.Input((3,))
+    return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+
+def test_consider_keeps_the_best_weights_and_restores_them():
+    model = small_model()
+    chosen = selection_lib.Selection(model, "logLoss", patience=2)
+    assert chosen.selected_step is None and not chosen.stopped
+    first = [w.copy() for w in model.get_weights()]
+    assert chosen.consider(10, {"logLoss": 0.5})
+    model.set_weights([w + 1 for w in first])
+    assert not chosen.consider(20, {"logLoss": 0.6})  # worse: not kept
+    assert not chosen.consider(30, {"logLoss": float("nan")})  # never wins
+    assert chosen.stopped  # 2 evaluations without a better one
+    assert chosen.restore_best() == 10
+    for got, want in zip(model.get_weights(), first):
+        np.testing.assert_array_equal(got, want)
+    assert chosen.best_value == 0.5
+
+
+def test_higher_is_better_for_scores_and_nothing_finite_selects_nothing():
+    model = small_model()
+    chosen = selection_lib.Selection(model, "auRoc")
+    assert not chosen.consider(1, {"auRoc": math.nan})
+    assert chosen.restore_best() is None  # the model keeps its last weights
+    assert chosen.consider(2, {"auRoc": 0.6}) and chosen.consider(3, {"auRoc": 0.7})
+    assert not chosen.consider(4, {"auRoc": 0.65})
+    assert chosen.selected_step == 3 and not chosen.stopped  # patience 0: never stops
+
+
+def test_default_metric_and_evaluation_interval():
+    assert selection_lib.default_metric("regression") == "rootMeanSquaredError"
+    assert selection_lib.default_metric("binary") == "logLoss"
+    assert selection_lib.eval_every(1000, 100)[0] == 100  # 20 evaluations, whole loops
+    assert selection_lib.eval_every(20_000, 100)[0] == 1000
+    assert selection_lib.eval_every(600, 20)[0] == 40
+
+
+def exported_validation_loss(store, model_dir: str) -> float:
+    """The exported model's log loss on the validation records, computed here."""
+    records = read_records(store, data_globs("binary")[1], 10_000)
+    serve = tf.saved_model.load(store.path(model_dir)).signatures["serving_default"]
+    probabilities = serve(examples=tf.constant(records))["probabilities"].numpy()
+    labels = np.array([tf.train.Example.FromString(r).features.feature["label"]
+                       .int64_list.value[0] for r in records])
+    p = np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1)
+    return float(-np.mean(np.log(p)))
+
+
+def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, store):
+    # A learning rate far too high: validation loss moves up and down between evaluations.
+    config = make_config(fake_gcs, job_uri, train_steps=80, eval_every_steps=10,
+                         learning_rate=0.3)
+    result = job.run(config, tf.distribute.get_strategy())
+    metrics = store.read_json(f"{job_uri}/model/metrics.json")
+    history = store.read_json(f"{job_uri}/model/history.json")["eval"]
+    assert [e["step"] for e in history] == list(range(10, 81, 10))
+    best = min(history, key=lambda e: e["logLoss"])
+    assert metrics["selection"]["step"] == best["step"] == result.metrics["selection"]["step"]
+    assert best["step"] != 80, "this run should overfit; change its flags"
+    assert metrics["selection"]["goal"] == "minimize" and metrics["step"] == 80
+    # The exported model is that step's: its validation figures, recomputed from the
+    # SavedModel's predictions here (float32 log loss: 1e-5).
+    assert metrics["validation"]["logLoss"] == pytest.approx(best["logLoss"], abs=1e-6)
+    assert exported_validation_loss(store, f"{job_uri}/model") == pytest.approx(
+        best["logLoss"], abs=1e-5)
+    assert metrics["data"] == {"training": config.train_data,
+                               "validation": config.validation_data, "metrics": "validation"}
+    assert metrics["logLoss"] == metrics["validation"]["logLoss"]
+
+
+def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, store, caplog):
+    caplog.set_level(logging.INFO)
+    config = make_config(fake_gcs, job_uri, train_steps=400, eval_every_steps=10,
+                         learning_rate=0.3, early_stopping_patience=2)
+    result = job.run(config, tf.distribute.get_strategy())
+    history = [e["step"] for e in store.read_json(f"{job_uri}/model/history.json")["eval"]]
+    selected = result.metrics["selection"]
+    assert selected["stoppedEarly"] and result.step < 400
+    assert history[-1] == result.step == selected["step"] + 20  # 2 evaluations after
+    again = job.run(config, tf.distribute.get_strategy())
+    assert again.metrics == result.metrics
+    assert "already finished" in caplog.text
+
+
+def test_test_data_is_evaluated_once_on_the_selected_model(fake_gcs, job_uri, store):
+    train, validation = data_globs("binary")
+    config = make_config(fake_gcs, job_uri, train_steps=40, eval_every_steps=10,
+                         learning_rate=0.3, validation_data=None, test_data=validation)
+    result = job.run(config, tf.distribute.get_strategy())
+    metrics = store.read_json(f"{job_uri}/model/metrics.json")
+    assert metrics["data"]["metrics"] == "test" and metrics["data"]["test"] == validation
+    assert "0.1 of the records of" in metrics["data"]["validation"]
+    assert "0.9 of the records of" in metrics["data"]["training"]
+    # Held out: about a tenth of the 512 training records validate.
+    assert 25 <= metrics["validation"]["examples"] <= 80
+    assert metrics["test"]["examples"] == metrics["examples"] == 128
+    assert metrics["logLoss"] == metrics["test"]["logLoss"] == pytest.approx(
+        exported_validation_loss(store, f"{job_uri}/model"), abs=1e-5)
+    evaluation = store.read_json(f"{job_uri}/model/evaluation.json")
+    assert evaluation["data"] == validation
+    assert result.metrics["selection"]["step"] in (10, 20, 30, 40)
+
+
+def test_no_validation_exports_the_last_model(fake_gcs, job_uri, store):
+    config = make_config(fake_gcs, job_uri, validation_data=None, holdout_fraction=0)
+    result = job.run(config, tf.distribute.get_strategy())
+    metrics = store.read_json(f"{job_uri}/model/metrics.json")
+    assert "selection" not in metrics and "validation" not in metrics
+    assert metrics["step"] == result.step == 20 and math.isfinite(metrics["train_loss"])
