@@ -1,4 +1,5 @@
-"""Model selection: the exported model is the best one on validation data, early
+"""Model selection (trainer/selection.py) and the validation action and final evaluation
+(trainer/validation.py): the exported model is the best one on validation data, early
 stopping, test data evaluated once, and which data each figure comes from."""
 
 import logging

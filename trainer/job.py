@@ -41,6 +41,7 @@ from trainer import selection as selection_lib
 from trainer import splits as splits_lib
 from trainer import storage as storage_lib
 from trainer import training
+from trainer import validation
 
 
 class TrainingError(RuntimeError):
@@ -202,37 +203,20 @@ class _Job:
 
     def _finish(self, step: int, loss: float, validate) -> Result:
         """Puts the selected model in place, evaluates it and exports it."""
-        config, head, selection = self.config, self.loops.head, self.selection
-        summary = {"train_loss": loss, "step": step,
-                   "data": {"training": self.splits.train_part.describe(config.train_data)
-                            if self.splits.train_part else config.train_data}}
-        files, sums, data = {}, None, None
-        if selection:
-            selected = selection.restore_best()
-            sums, data = validate(), self.splits.validation_name
-            summary["validation"] = metrics_lib.finish(head, sums)
-            summary["data"]["validation"] = data
-            summary["selection"] = {
-                "metric": selection.metric, "step": selected,
-                "value": selection.best_value if selected is not None else None,
-                "goal": "minimize" if selection_lib.minimized(selection.metric)
-                        else "maximize",
-                "stoppedEarly": selection.stopped}
-            logging.info("selected the model of step %s (%s=%.5g on validation)", selected,
-                         selection.metric, summary["validation"][selection.metric])
-        if self.splits.test_files:
-            sums, data = self._evaluator(self.splits.test_files, None)(), config.test_data
-            summary["test"] = metrics_lib.finish(head, sums)
-            summary["data"]["test"] = data
-        if sums:
-            summary["data"]["metrics"] = "test" if self.splits.test_files else "validation"
-            files["evaluation.json"] = evaluation.evaluate(head, self.schema, sums, data=data)
+        summary, sums, data = validation.final(
+            self.loops, self.splits, self.config, self.selection, validate,
+            self._evaluator(self.splits.test_files))
+        files = {}
+        if sums is not None:
+            files["evaluation.json"] = evaluation.evaluate(self.loops.head, self.schema, sums,
+                                                           data=data)
             if self.is_chief and self.splits.validation_files:
                 files.update(self._on_a_sample(step))
-        metrics = {**(metrics_lib.finish(head, sums) if sums else {}), **summary}
+        metrics = {**(metrics_lib.finish(self.loops.head, sums) if sums is not None else {}),
+                   **summary, "train_loss": loss, "step": step}
         files[history_lib.FILE] = self.history.to_json()
-        logging.info("final metrics: %s%s", _fmt(metrics),
-                     f" (on the {summary['data']['metrics']} data)" if sums else "")
+        logging.info("final metrics: %s%s", validation.fmt(metrics),
+                     f" (on the {summary['data']['metrics']} data)" if sums is not None else "")
         self._export(metrics, files)
         return self._result(metrics)
 
@@ -265,6 +249,9 @@ class _Job:
             logging.info("the compiled loop waits on %g collective(s) per step and %g per "
                          "loop of %d steps", per_step, per_loop, config.steps_per_loop)
         writer = self._writer
+        validating = validation.Validation(validate, self.loops, self.selection, self.history,
+                                           writer, config.eval_every_steps,
+                                           config.train_steps) if self.selection else None
         progress = progress_lib.Progress(config.train_steps, config.batch_size, step)
         loss = float("nan")
         with preemption.StopRequest() as stop:
@@ -288,34 +275,14 @@ class _Job:
                 with writer.as_default(step=step):
                     tf.summary.scalar("loss", loss)
                     tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
-                if self.selection and (_due(step, config.eval_every_steps)
-                                       or step == config.train_steps):
-                    if self._validate(step, validate()):
-                        break
+                if validating and validating.due(step) and validating(step):
+                    break  # stopped early
                 if _due(step, config.checkpoint_every_steps):
                     self._checkpoint(step)
         if not _due(step, config.checkpoint_every_steps):
             self._checkpoint(step)  # the end, unless the loop just saved it
         writer.flush()
         return step, loss
-
-    def _validate(self, step: int, sums: dict) -> bool:
-        """Logs an evaluation of the model at `step` and offers it for selection;
-        returns whether training should stop early."""
-        metrics = metrics_lib.finish(self.loops.head, sums)
-        better = self.selection.consider(step, metrics)
-        logging.info("validation at step %d: %s%s", step, _fmt(metrics),
-                     " (best so far)" if better else "")
-        self.history.add_eval(step, metrics)
-        with self._writer.as_default(step=step):
-            for name, value in metrics.items():
-                tf.summary.scalar(f"eval/{name}", value)
-        if self.selection.stopped:
-            logging.info("stopping early at step %d: no better %s in %d evaluations (the "
-                         "best, %.5g, at step %d)", step, self.selection.metric,
-                         self.selection.patience, self.selection.best_value,
-                         self.selection.selected_step)
-        return self.selection.stopped
 
     def _checkpoint(self, step: int) -> None:
         self.ckpt.save(step)
@@ -344,28 +311,9 @@ class _Job:
                 f"stopped by SIGTERM at step {step} of {self.config.train_steps}; checkpoint "
                 f"saved to {self.config.checkpoint_dir}; run the job again to resume")
 
-    def _evaluator(self, files: list[str], part: splits_lib.Part | None):
-        """Returns a function that evaluates the model on `files` (the records of them
-        `part` keeps) and returns the summed `metrics.batch_sums` (as numpy), or None
-        without files."""
-        config, loops = self.config, self.loops
-        if not files:
-            return lambda: None
-        dataset = inputs.distribute(
-            self.strategy, [self.storage.path(f) for f in files], self.schema,
-            global_batch_size=config.batch_size, training=False, seed=0,
-            shuffle_buffer=config.shuffle_buffer, shard_by=config.shard_by,
-            skip_corrupt=config.skip_corrupt_records, repeat=bool(config.eval_steps),
-            keep=part)
-
-        def evaluate() -> dict:
-            if config.eval_steps:
-                sums = loops.evaluate_steps(iter(dataset), tf.constant(config.eval_steps))
-            else:
-                sums = loops.evaluate_all(dataset)
-            return {k: v.numpy() for k, v in sums.items()}
-
-        return evaluate
+    def _evaluator(self, files: list[str], part: splits_lib.Part | None = None):
+        return validation.evaluator(self.loops, [self.storage.path(f) for f in files],
+                                    self.schema, self.config, part)
 
     def _on_a_sample(self, step: int) -> dict:
         """What the chief measures on a sample of the validation data: feature importance
@@ -455,8 +403,3 @@ def _due(step: int, every: int) -> bool:
 def _until(step: int, every: int) -> int:
     """Steps from `step` to the next multiple of `every`."""
     return every - step % every
-
-
-def _fmt(metrics: dict) -> str:
-    return " ".join(f"{k}={v:.5g}" for k, v in sorted(metrics.items())
-                    if isinstance(v, (int, float)))
