@@ -57,11 +57,12 @@ def flatten(answer: dict) -> tuple[list, np.ndarray]:
     return classes, np.array(numbers, dtype=np.float64)
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task, model", [(t, "mlp") for t in TASKS] +
+                         [("regression", "ple_mlp"), ("multiclass", "ple_mlp")])
 def test_tf_2_15_serves_the_export_like_this_tensorflow(fake_gcs, store, serving_python,
-                                                        tmp_path, task):
-    job_dir = f"gs://{BUCKET}/jobs/serving-{task}"
-    job.run(make_config(fake_gcs, job_dir, task), tf.distribute.get_strategy())
+                                                        tmp_path, task, model):
+    job_dir = f"gs://{BUCKET}/jobs/serving-{task}-{model}"
+    job.run(make_config(fake_gcs, job_dir, task, model=model), tf.distribute.get_strategy())
     model_dir = store.path(f"{job_dir}/model")
     model = tf.saved_model.load(model_dir)
     records = read_records(store, data_globs(task)[1], 16)

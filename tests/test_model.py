@@ -50,6 +50,53 @@ def test_preprocessing_normalises_and_encodes():
     assert features.shape[1] > 12  # 'many' is embedded
 
 
+def test_robust_ple_against_its_closed_form():
+    # Quantiles of a heavy tail, with a repeated value (one bin fewer).
+    q = [0.0, 1.0, 1.0, 2.0, 4.0, 8.0, 100.0, 1000.0, 1e5]
+    layer = model_lib.RobustPLE(q)
+    x = np.array([[-5.0], [0.5], [3.0], [50.0], [2e5]], np.float32)
+    got = layer(tf.constant(x)).numpy()
+    median, iqr = 4.0, 100.0 - 1.0  # q[4]; q[6] - q[2] of 8 intervals
+    z = (x[:, 0] - median) / iqr
+    np.testing.assert_allclose(got[:, 0], z / np.sqrt(1 + (z / 3) ** 2), rtol=1e-6)
+    edges = np.array(sorted(set(q)))
+    bins = np.clip((x - edges[:-1]) / np.diff(edges), 0, 1)
+    np.testing.assert_allclose(got[:, 1:], bins, rtol=1e-6, atol=1e-7)
+    assert got.shape == (5, 1 + len(edges) - 1)
+    assert np.all(np.abs(got[:, 0]) < 3)  # smoothly clipped: 2e5 does not blow up
+    # A constant feature: its scaled value is 0 and it has no bins.
+    np.testing.assert_array_equal(model_lib.RobustPLE([7.0] * 17)(tf.constant([[7.0]])), [[0]])
+
+
+def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
+    rng = np.random.default_rng(0)
+    values = rng.lognormal(0, 2, 1000)
+    records = []
+    for i, v in enumerate(values):
+        example = tf.train.Example()
+        example.features.feature["x"].float_list.value.append(v)
+        example.features.feature["y"].int64_list.value.append(i % 2)
+        records.append((f"record {i}", example.SerializeToString()))
+    schema = schema_lib.infer(records, "y", "binary")
+    (x,) = schema.features
+    np.testing.assert_allclose(x.quantiles, np.quantile(values.astype(np.float32),
+                                                        np.linspace(0, 1, 17)), rtol=1e-6)
+    again = schema_lib.from_json(schema.to_json(), "s.json", "y", "binary")
+    assert again.features[0].quantiles == x.quantiles  # schema.json keeps them
+    config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units=None)
+    model = model_lib.build(schema, 1, config)
+    assert [layer.units for layer in model.layers if layer.name.startswith("hidden_")] == [
+        256, 256, 256]
+    assert any(isinstance(layer, model_lib.RobustPLE) for layer in model.layers)
+
+
+def test_bad_quantiles_in_a_schema_file_are_named():
+    bad = {"label": {"name": "y", "dtype": "int", "classes": [0, 1]},
+           "features": [{"name": "x", "dtype": "float", "quantiles": [3, 1]}]}
+    with pytest.raises(schema_lib.SchemaError, match="feature 'x': quantiles"):
+        schema_lib.from_json(bad, "s.json", "y", "binary")
+
+
 def test_head_outputs_classes_as_in_the_data():
     head = heads.Head("multiclass", ("a", "b", "c"), "string")
     out = head.outputs(tf.constant([[0.0, 5.0, 1.0], [9.0, 0.0, 0.0]]))

@@ -29,15 +29,19 @@ def max_abs_diff(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("task", ["binary", "multiclass"])
-def test_eager_equals_compiled_under_mirrored_strategy(fake_gcs, job_uri, task,
+@pytest.mark.parametrize("task, model", [("binary", "mlp"), ("multiclass", "mlp"),
+                                         ("regression", "ple_mlp")])
+def test_eager_equals_compiled_under_mirrored_strategy(fake_gcs, job_uri, task, model,
                                                        mirrored_two_cpus):
     strategy = mirrored_two_cpus
-    compiled, result = train(fake_gcs, job_uri + "/compiled", strategy, task=task)
-    eager, _ = train(fake_gcs, job_uri + "/eager", strategy, task=task, run_eagerly=True)
+    compiled, result = train(fake_gcs, job_uri + "/compiled", strategy, task=task,
+                             model=model)
+    eager, _ = train(fake_gcs, job_uri + "/eager", strategy, task=task, run_eagerly=True,
+                     model=model)
     assert result.step == 20
     assert max_abs_diff(compiled, eager) <= 1e-6
-    initial, _ = train(fake_gcs, job_uri + "/short", strategy, task=task, train_steps=1)
+    initial, _ = train(fake_gcs, job_uri + "/short", strategy, task=task, train_steps=1,
+                       model=model)
     assert max_abs_diff(compiled, initial) > 1e-3  # training moved the weights
 
 
@@ -49,12 +53,13 @@ def test_eager_equals_compiled_on_one_device(fake_gcs, job_uri):
     assert max_abs_diff(compiled, eager) <= 1e-6
 
 
-def test_one_replica_equals_two_replicas_with_half_the_batch(fake_gcs, job_uri,
+@pytest.mark.parametrize("model", ["mlp", "ple_mlp"])
+def test_one_replica_equals_two_replicas_with_half_the_batch(fake_gcs, job_uri, model,
                                                              mirrored_two_cpus):
     one, _ = train(fake_gcs, job_uri + "/one", tf.distribute.OneDeviceStrategy("/cpu:0"),
-                   task="regression", batch_size=32, shard_by="record")
+                   task="regression", batch_size=32, shard_by="record", model=model)
     two, _ = train(fake_gcs, job_uri + "/two", mirrored_two_cpus,
-                   task="regression", batch_size=32, shard_by="record")
+                   task="regression", batch_size=32, shard_by="record", model=model)
     assert max_abs_diff(one, two) <= 1e-5
 
 

@@ -15,6 +15,8 @@ from trainer import hypertune
 from trainer import storage
 
 TASKS = ("regression", "binary", "multiclass")
+# The built-in models (trainer.model.tabular_model) and optimizers (training.make_optimizer).
+MODELS = ("mlp", "ple_mlp")
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker")
 SHARD_POLICIES = ("auto", "file", "record")
 # Where training records come from (trainer.records.choose_cache); here, so that flags
@@ -43,7 +45,8 @@ class Config:
     batch_size: int = 64
     train_steps: int | None = None  # None: decided from the data (records.default_train_steps)
     learning_rate: float = 1e-3
-    hidden_units: tuple[int, ...] = (64, 32)
+    model: str = "mlp"
+    hidden_units: tuple[int, ...] | None = None  # None: the --model's own
     steps_per_loop: int = 100
     eval_every_steps: int | None = None  # None: EVALUATIONS per run (job.py decides)
     eval_steps: int = 0
@@ -80,7 +83,7 @@ class Config:
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        d["hidden_units"] = list(self.hidden_units)
+        d["hidden_units"] = list(self.hidden_units) if self.hidden_units else None
         return d
 
 
@@ -125,7 +128,7 @@ def make_config(*, env: Mapping[str, str], job_dir: str | None = None,
                 model_dir: str | None = None, checkpoint_dir: str | None = None,
                 tensorboard_dir: str | None = None, train_data: str | None = None,
                 validation_data: str | None = None, test_data: str | None = None,
-                hidden_units: str | tuple[int, ...] = (64, 32), **fields) -> Config:
+                hidden_units: str | tuple[int, ...] | None = None, **fields) -> Config:
     """Builds and validates a Config from flag values and the environment.
 
     Args:
@@ -149,7 +152,7 @@ def make_config(*, env: Mapping[str, str], job_dir: str | None = None,
         train_data=train_data,
         validation_data=validation_data or env.get("AIP_VALIDATION_DATA_URI") or None,
         test_data=test_data or env.get("AIP_TEST_DATA_URI") or None,
-        hidden_units=tuple(hidden_units),
+        hidden_units=tuple(hidden_units) if hidden_units else None,
         **output_dirs(job_dir, model_dir, checkpoint_dir, tensorboard_dir, env),
         **fields)
     validate(config)
@@ -168,6 +171,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"--weight={config.weight!r} is the label; expected another, "
                           "numeric feature")
     _one_of("task", config.task, TASKS)
+    _one_of("model", config.model, MODELS)
     _one_of("strategy", config.strategy, STRATEGIES)
     _one_of("shard_by", config.shard_by, SHARD_POLICIES)
     _one_of("cache", config.cache, CACHE_POLICIES)

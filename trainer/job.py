@@ -110,16 +110,18 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
             logging.warning("skipping the rest of a corrupt file: %s", problem)
     schema = load_schema(config, storage, splits.train_files)
     head = heads.make_head(config.task, schema)
+    config = decide_lengths(config, storage, splits, schema)
 
     keras.utils.set_random_seed(config.effective_seed())
     with strategy.scope():
         model = model_lib.build(schema, head.units, config)
-        optimizer = training.make_optimizer(config.learning_rate)
+        optimizer = training.make_optimizer(config.learning_rate, config.model,
+                                            config.train_steps)
         # Slot variables must exist before the first step is traced under a strategy.
         optimizer.build(model.trainable_variables)
-    selection = selection_lib.Selection(
-        model, config.selection_metric or selection_lib.default_metric(config.task),
-        config.early_stopping_patience) if splits.validation_files else None
+    selection = selection_lib.Selection(model, config.selection_metric,
+                                        config.early_stopping_patience
+                                        ) if splits.validation_files else None
     ckpt = checkpoints_lib.Checkpoints(
         storage, config.checkpoint_dir, distribution.is_chief(cluster), model=model,
         optimizer=optimizer, **({"selection": selection} if selection else {}))
@@ -144,6 +146,49 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
         ckpt.close()
 
 
+def decide_lengths(config: config_lib.Config, storage: storage_lib.Storage,
+                   splits: splits_lib.Splits, schema: schema_lib.Schema) -> config_lib.Config:
+    """`config` with --train_steps, --eval_every_steps and --selection_metric filled in
+    where unset (from the files alone, so every worker and every restart decide alike),
+    saying why."""
+    if config.train_steps is None:
+        with naming_bad_records(storage, splits.train_files, schema):
+            steps, why = records.default_train_steps(
+                [storage.path(f) for f in splits.train_files], config.batch_size,
+                skip_corrupt=config.skip_corrupt_records, keep=splits.train_part)
+        logging.info("training for %s steps (%s)", f"{steps:,}", why)
+        config = dataclasses.replace(config, train_steps=steps)
+    if config.eval_every_steps is None:
+        every, why = selection_lib.eval_every(config.train_steps, config.steps_per_loop)
+        if splits.validation_files:
+            logging.info("evaluating every %s steps (%s)", f"{every:,}", why)
+        config = dataclasses.replace(config, eval_every_steps=every)
+    if config.selection_metric is None:
+        config = dataclasses.replace(
+            config, selection_metric=selection_lib.default_metric(config.task))
+    if splits.validation_files:
+        metric = config.selection_metric
+        logging.info("selecting the model with the %s %s on %s",
+                     "lowest" if selection_lib.minimized(metric) else "highest", metric,
+                     splits.validation_name)
+    return config
+
+
+@contextlib.contextmanager
+def naming_bad_records(storage: storage_lib.Storage, files: list[str],
+                       schema: schema_lib.Schema):
+    """Turns a read or parse error of the training data into a DataError naming it."""
+    try:
+        yield
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+        # TensorFlow's error names neither file nor record: find them. If the data
+        # is fine, the error is not the user's: let it through as it is.
+        bad = inputs.find_bad_record(storage, files, schema)
+        if bad:
+            raise inputs.DataError(bad) from None
+        raise
+
+
 @dataclasses.dataclass
 class _Job:
     config: config_lib.Config
@@ -162,7 +207,6 @@ class _Job:
         return distribution.is_chief(self.cluster)
 
     def run(self) -> Result:
-        self._decide_lengths()
         config = self.config
         resumed = self.ckpt.restore_latest()
         start_step = int(self.loops.optimizer.iterations.numpy())
@@ -179,27 +223,6 @@ class _Job:
         validate = self._evaluator(self.splits.validation_files, self.splits.validation_part)
         step, loss = self._train(start_step, validate)
         return self._finish(step, loss, validate)
-
-    def _decide_lengths(self) -> None:
-        """Fills in --train_steps and --eval_every_steps where unset, saying why."""
-        config, splits = self.config, self.splits
-        if config.train_steps is None:
-            with self._naming_bad_records(splits.train_files):
-                steps, why = records.default_train_steps(
-                    [self.storage.path(f) for f in splits.train_files], config.batch_size,
-                    skip_corrupt=config.skip_corrupt_records, keep=splits.train_part)
-            logging.info("training for %s steps (%s)", f"{steps:,}", why)
-            config = dataclasses.replace(config, train_steps=steps)
-        if config.eval_every_steps is None:
-            every, why = selection_lib.eval_every(config.train_steps, config.steps_per_loop)
-            if self.selection:
-                logging.info("evaluating every %s steps (%s)", f"{every:,}", why)
-            config = dataclasses.replace(config, eval_every_steps=every)
-        if self.selection:
-            logging.info("selecting the model with the %s %s on %s",
-                         "lowest" if selection_lib.minimized(self.selection.metric)
-                         else "highest", self.selection.metric, splits.validation_name)
-        self.config = config
 
     def _finish(self, step: int, loss: float, validate) -> Result:
         """Puts the selected model in place, evaluates it and exports it."""
@@ -235,7 +258,7 @@ class _Job:
             raise inputs.DataError(f"the training files of {config.train_data!r} are empty")
         cache, why = records.choose_cache(config.cache, size)
         logging.info("training records from %s (%s)", cache, why)
-        with self._naming_bad_records(files):
+        with naming_bad_records(storage, files, self.schema):
             dataset = inputs.distribute(
                 self.strategy, [storage.path(f) for f in files], self.schema,
                 global_batch_size=config.batch_size, training=True,
@@ -261,7 +284,7 @@ class _Job:
                                 *(_until(step, every) for every in
                                   (config.eval_every_steps, config.checkpoint_every_steps)
                                   if every))
-                with self._naming_bad_records(files):
+                with naming_bad_records(storage, files, self.schema):
                     loss = float(self.loops.train(iterator, tf.constant(num_steps)))
                 step += num_steps
                 if not tf.math.is_finite(loss):
@@ -287,19 +310,6 @@ class _Job:
     def _checkpoint(self, step: int) -> None:
         self.ckpt.save(step)
         self.history.save()
-
-    @contextlib.contextmanager
-    def _naming_bad_records(self, train_files):
-        """Turns a read or parse error of the training data into a DataError naming it."""
-        try:
-            yield
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
-            # TensorFlow's error names neither file nor record: find them. If the data
-            # is fine, the error is not the user's: let it through as it is.
-            bad = inputs.find_bad_record(self.storage, train_files, self.schema)
-            if bad:
-                raise inputs.DataError(bad) from None
-            raise
 
     def _stop_if_requested(self, stop: preemption.StopRequest, step: int) -> None:
         # In a cluster, SIGTERM may reach one worker only; all must save together.

@@ -78,10 +78,47 @@ class BagMean(keras.layers.Layer):
         return total / keras.ops.maximum(keras.ops.sum(keep, axis=1, keepdims=True), 1.0)
 
 
-def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
+class RobustPLE(keras.layers.Layer):
+    """A numeric feature ([batch, 1]) as its robustly scaled, smoothly clipped value and
+    its piecewise-linear encoding (PLE) over the sample's quantile bins.
+
+    Robust scaling: (x - median) / IQR, then x / sqrt(1 + (x / 3)^2), which leaves small
+    values alone and squashes outliers (RealMLP, Holzmueller et al. 2024). PLE: one
+    number per bin between consecutive distinct quantiles, 0 below the bin, 1 above it,
+    linear inside (Gorishniy et al. 2022), so a linear layer after it is any monotone
+    piecewise-linear function of x, whatever the feature's scale or tail.
+    """
+
+    def __init__(self, quantiles, **kwargs):
+        super().__init__(**kwargs)
+        self.quantiles = [float(q) for q in quantiles]
+        q, n = self.quantiles, len(self.quantiles) - 1
+        scale = q[3 * n // 4] - q[n // 4] or (q[-1] - q[0]) / 2 or 1.0
+        self.center, self.scale = q[n // 2], scale
+        edges = sorted(set(q))
+        self.lower = [float(e) for e in edges[:-1]]
+        self.width = [float(b - a) for a, b in zip(edges[:-1], edges[1:])]
+
+    def call(self, x):
+        x = keras.ops.cast(x, "float32")
+        z = (x - self.center) / self.scale
+        z = z / keras.ops.sqrt(1.0 + keras.ops.square(z / 3.0))
+        if not self.width:
+            return z
+        bins = keras.ops.clip((x - keras.ops.convert_to_tensor(self.lower)) /
+                              keras.ops.convert_to_tensor(self.width), 0.0, 1.0)
+        return keras.ops.concatenate([z, bins], axis=1)
+
+    def get_config(self):
+        return {**super().get_config(), "quantiles": self.quantiles}
+
+
+def preprocess(inputs: dict, schema: schema_lib.Schema,
+               numeric: str = "standard") -> keras.KerasTensor:
     """Turns raw features into one float vector per example.
 
-    Numeric features are standardised with the schema's mean and std; categorical ones
+    Numeric features are standardised with the schema's mean and std (`numeric` =
+    'standard'), or, with 'ple' and the schema's quantiles, encoded by `RobustPLE`; categorical ones
     are looked up in their vocabulary (slot 0: unseen values, slot 1: missing) and
     one-hot encoded or embedded. Variable-length features: numbers are summarised
     (`VarLenSummary`), categoricals become a bag (multi-hot, or the mean embedding).
@@ -91,6 +128,9 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
         x, name = inputs[f.name], layer_name(f.name)
         if f.kind == "numeric" and f.varlen:
             parts.append(VarLenSummary(f.mean, f.std, name=f"{name}_summary")(x))
+            continue
+        if f.kind == "numeric" and numeric == "ple" and f.quantiles:
+            parts.append(RobustPLE(f.quantiles, name=f"{name}_ple")(x))
             continue
         if f.kind == "numeric":
             # Per-value lists, not scalars: Keras 3.4 (in Vertex's TF 2.17 images) fails
@@ -124,11 +164,18 @@ def preprocess(inputs: dict, schema: schema_lib.Schema) -> keras.KerasTensor:
     return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
 
 
+# Hidden layers of each --model when --hidden_units is unset.
+HIDDEN_UNITS = {"mlp": (64, 32), "ple_mlp": (256, 256, 256)}
+
+
 def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
-    """The default builder: preprocessing, then `config.hidden_units` ReLU layers."""
+    """The built-in builders: preprocessing, then ReLU layers (`config.hidden_units`,
+    else HIDDEN_UNITS of `config.model`). 'mlp' standardises numbers; 'ple_mlp' encodes
+    them with `RobustPLE` and is wider."""
+    name = getattr(config, "model", "mlp")
     inputs = feature_inputs(schema)
-    x = preprocess(inputs, schema)
-    for i, units in enumerate(config.hidden_units):
+    x = preprocess(inputs, schema, numeric="ple" if name == "ple_mlp" else "standard")
+    for i, units in enumerate(getattr(config, "hidden_units", None) or HIDDEN_UNITS[name]):
         x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
     logits = keras.layers.Dense(num_outputs, name="logits")(x)
     return keras.Model(inputs=inputs, outputs=logits, name="tabular")

@@ -20,6 +20,7 @@ import dataclasses
 import math
 from typing import Any, Iterable
 
+import numpy as np
 import tensorflow as tf
 
 DTYPES = {"float": tf.float32, "int": tf.int64, "string": tf.string}
@@ -31,6 +32,8 @@ MAX_VOCABULARY = 1000
 # Values kept of a variable-length feature: the longest list sampled, at most this.
 MAX_VARLEN = 64
 MAX_CLASSES = 1000
+# Quantiles kept of a numeric feature: the edges of 16 bins of equal sample mass.
+QUANTILES = 17
 
 
 class SchemaError(ValueError):
@@ -51,6 +54,9 @@ class Feature:
     vocabulary: tuple = ()
     default: Any = None
     varlen: bool = False
+    # Numeric features of one value: QUANTILES evenly spaced quantiles of the sample, from
+    # its minimum to its maximum (robust scaling and piecewise-linear encodings use them).
+    quantiles: tuple = ()
 
     def pad_value(self) -> Any:
         """What fills a variable-length feature's dense [batch, size] tensor after its
@@ -119,6 +125,8 @@ class Schema:
                 d["default"] = f.default_value()
             if f.kind == "numeric":
                 d.update(mean=f.mean, std=f.std)
+                if f.quantiles:
+                    d["quantiles"] = list(f.quantiles)
             else:
                 d["vocabulary"] = list(f.vocabulary)
             features.append(d)
@@ -199,10 +207,16 @@ def from_json(obj: Any, source: str, label: str, task: str,
         std = float(f.get("std", 1.0))
         if kind == "categorical" and not f.get("vocabulary"):
             raise fail(f"feature {name!r}: categorical features need a non-empty vocabulary")
+        quantiles = f.get("quantiles", [])
+        if not (isinstance(quantiles, list) and all(
+                isinstance(q, (int, float)) and math.isfinite(q) for q in quantiles)
+                and quantiles == sorted(quantiles)):
+            raise fail(f"feature {name!r}: quantiles {quantiles!r}, expected ascending numbers")
         features.append(Feature(
             name=name, dtype=dtype, kind=kind, size=size, mean=float(f.get("mean", 0.0)),
             std=std if std > 0 else 1.0, vocabulary=tuple(f.get("vocabulary", ())),
-            default=None if varlen else f.get("default"), varlen=varlen))
+            default=None if varlen else f.get("default"), varlen=varlen,
+            quantiles=tuple(float(q) for q in quantiles)))
     if label in {f.name for f in features}:
         raise fail(f"label {label!r} is also listed as a feature")
     if weight in {f.name for f in features}:
@@ -231,6 +245,7 @@ class _Stats:
         self.total = 0.0
         self.total_sq = 0.0
         self.values = collections.Counter()
+        self.numbers: list[float] = []  # of one-value numeric features, for quantiles
 
     def add(self, kind: str, values: list, where: str, name: str) -> None:
         if self.kind is None:
@@ -251,6 +266,8 @@ class _Stats:
                 raise SchemaError(f"{where}: feature {name!r} has a non-finite value {v}")
             self.total += v
             self.total_sq += v * v
+        if len(values) == 1:
+            self.numbers.append(float(values[0]))
         if kind == "int64_list" and len(self.values) <= MAX_CLASSES:
             self.values.update(values)
 
@@ -318,10 +335,13 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
             mean = s.total / n
             var = max(s.total_sq / n - mean * mean, 0.0)
             std = math.sqrt(var) if var > 1e-12 else 1.0
+            one_value = s.size == 1 and not s.varlen
             features.append(Feature(
                 name=name, dtype="int" if s.kind == "int64_list" else "float",
                 kind="numeric", size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
-                mean=mean, std=std, varlen=s.varlen))
+                mean=mean, std=std, varlen=s.varlen,
+                quantiles=tuple(float(q) for q in np.quantile(
+                    s.numbers, np.linspace(0, 1, QUANTILES))) if one_value else ()))
     if not features:
         raise SchemaError(f"the sampled records have no features besides the label {label!r}")
     return Schema(label=label_spec, features=tuple(features), weight=weight_spec)

@@ -56,8 +56,14 @@ flags.DEFINE_string("tensorboard_dir", None, "Default: $AIP_TENSORBOARD_LOG_DIR,
 flags.DEFINE_integer("batch_size", 64, "Global batch size, split evenly across replicas.")
 flags.DEFINE_integer("train_steps", None, "Optimizer steps in all; unset: 10 epochs of the "
                      "training data, and at least 1,000 steps.")
-flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
-flags.DEFINE_string("hidden_units", "64,32", "Sizes of the hidden layers, e.g. 256,128.")
+flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate (ple_mlp: the first, "
+                   "decayed on a cosine to 0 over the run).")
+flags.DEFINE_enum("model", "mlp", list(config_lib.MODELS), "The built-in model: mlp "
+                  "(standardised numbers, 64,32 ReLU layers, Adam) or ple_mlp (robust "
+                  "scaling and piecewise-linear encodings of numbers, 256,256,256, AdamW with "
+                  "beta2 0.95 and a cosine schedule).")
+flags.DEFINE_string("hidden_units", None, "Sizes of the hidden layers, e.g. 256,128; unset: "
+                    "the --model's (mlp: 64,32; ple_mlp: 256,256,256).")
 flags.DEFINE_integer("steps_per_loop", 100, "Steps per compiled inner loop (one log line).")
 flags.DEFINE_integer("eval_every_steps", None, "Evaluate every N steps (and at the end); "
                      "unset: 20 times per run; 0: only at the end.")
@@ -92,9 +98,9 @@ flags.DEFINE_enum("log_format", "auto", list(cli.FORMATS), "json: one JSON objec
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
                     "DIR/BUCKET/PATH: run the cloud command line locally.")
 
-FIELDS = ("train_data", "validation_data", "test_data", "label", "weight", "task", "schema", "job_dir", "model_dir",
-          "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps", "learning_rate",
-          "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
+FIELDS = ("train_data", "validation_data", "test_data", "label", "weight", "task", "schema",
+          "job_dir", "model_dir", "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps", "learning_rate",
+          "model", "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
           "checkpoint_every_steps", "seed", "shuffle_buffer", "cache", "schema_sample_records",
           "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
           "skip_corrupt_records", "hptune_metric", "holdout_fraction", "selection_metric",
