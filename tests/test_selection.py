@@ -54,15 +54,29 @@ def test_default_metric_and_evaluation_interval():
     assert selection_lib.eval_every(600, 20)[0] == 40
 
 
-def exported_validation_loss(store, model_dir: str) -> float:
-    """The exported model's log loss on the validation records, computed here."""
+def exported_figures(store, model_dir: str) -> dict:
+    """The exported model's accuracy, precision and recall on the eval records, computed
+    here from the SavedModel's predictions. (Not log loss: at these rates probabilities
+    round to 0 in float32, where the trainer's loss, from logits, stays finite; not AUC:
+    saturated predictions tie in the trainer's 1/1000 bins.)"""
+    from sklearn import metrics
     records = read_records(store, data_globs("binary")[1], 10_000)
     serve = tf.saved_model.load(store.path(model_dir)).signatures["serving_default"]
     probabilities = serve(examples=tf.constant(records))["probabilities"].numpy()
     labels = np.array([tf.train.Example.FromString(r).features.feature["label"]
                        .int64_list.value[0] for r in records])
-    p = np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1)
-    return float(-np.mean(np.log(p)))
+    predicted = probabilities.argmax(1)
+    return {"accuracy": metrics.accuracy_score(labels, predicted),
+            "precision": metrics.precision_score(labels, predicted),
+            "recall": metrics.recall_score(labels, predicted)}
+
+
+def assert_exported_is(store, model_dir: str, figures: dict) -> None:
+    """The SavedModel in `model_dir` is the model `figures` were measured on: the same
+    three counts of its predictions (float32 sums: 1e-6)."""
+    exported = exported_figures(store, model_dir)
+    for key, value in exported.items():
+        assert value == pytest.approx(figures[key], abs=1e-6), key
 
 
 def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, store):
@@ -77,11 +91,12 @@ def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, 
     assert metrics["selection"]["step"] == best["step"] == result.metrics["selection"]["step"]
     assert best["step"] != 80, "this run should overfit; change its flags"
     assert metrics["selection"]["goal"] == "minimize" and metrics["step"] == 80
-    # The exported model is that step's: its validation figures, recomputed from the
-    # SavedModel's predictions here (float32 log loss: 1e-5).
+    # The exported model is that step's: its validation figures, evaluated again at the
+    # end, and recomputed here from the SavedModel's predictions.
     assert metrics["validation"]["logLoss"] == pytest.approx(best["logLoss"], abs=1e-6)
-    assert exported_validation_loss(store, f"{job_uri}/model") == pytest.approx(
-        best["logLoss"], abs=1e-5)
+    assert_exported_is(store, f"{job_uri}/model", best)
+    last = [e for e in history if e["step"] == 80][0]
+    assert last["logLoss"] > best["logLoss"]
     assert metrics["data"] == {"training": config.train_data,
                                "validation": config.validation_data, "metrics": "validation"}
     assert metrics["logLoss"] == metrics["validation"]["logLoss"]
@@ -90,8 +105,12 @@ def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, 
 def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, store, caplog):
     caplog.set_level(logging.INFO)
     config = make_config(fake_gcs, job_uri, train_steps=400, eval_every_steps=10,
-                         learning_rate=0.3, early_stopping_patience=2)
+                         checkpoint_every_steps=10, learning_rate=0.3,
+                         early_stopping_patience=2)
     result = job.run(config, tf.distribute.get_strategy())
+    # The checkpoint of the step it stopped at holds the stop: a restart does not train on.
+    assert tf.train.latest_checkpoint(store.path(config.checkpoint_dir)).endswith(
+        f"ckpt-{result.step}")
     history = [e["step"] for e in store.read_json(f"{job_uri}/model/history.json")["eval"]]
     selected = result.metrics["selection"]
     assert selected["stoppedEarly"] and result.step < 400
@@ -113,8 +132,8 @@ def test_test_data_is_evaluated_once_on_the_selected_model(fake_gcs, job_uri, st
     # Held out: about a tenth of the 512 training records validate.
     assert 25 <= metrics["validation"]["examples"] <= 80
     assert metrics["test"]["examples"] == metrics["examples"] == 128
-    assert metrics["logLoss"] == metrics["test"]["logLoss"] == pytest.approx(
-        exported_validation_loss(store, f"{job_uri}/model"), abs=1e-5)
+    assert metrics["logLoss"] == metrics["test"]["logLoss"]
+    assert_exported_is(store, f"{job_uri}/model", metrics["test"])
     evaluation = store.read_json(f"{job_uri}/model/evaluation.json")
     assert evaluation["data"] == validation
     assert result.metrics["selection"]["step"] in (10, 20, 30, 40)

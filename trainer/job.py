@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import shutil
 import tempfile
 import time
@@ -252,7 +253,8 @@ class _Job:
         """The outer loop: inner loops of `steps_per_loop` steps, and actions between."""
         config, storage, files = self.config, self.storage, self.splits.train_files
         if step >= config.train_steps or (self.selection and self.selection.stopped):
-            return step, float("nan")
+            # Trained already (stopped before its export): the last loop's loss.
+            return step, self.history.train[-1]["loss"] if self.history.train else math.nan
         size = sum(storage.size(f) for f in files)
         if not size:  # a stream of empty epochs would never end
             raise inputs.DataError(f"the training files of {config.train_data!r} are empty")
@@ -276,7 +278,7 @@ class _Job:
                                            writer, config.eval_every_steps,
                                            config.train_steps) if self.selection else None
         progress = progress_lib.Progress(config.train_steps, config.batch_size, step)
-        loss = float("nan")
+        loss, saved = math.nan, None
         with preemption.StopRequest() as stop:
             while step < config.train_steps:
                 self._stop_if_requested(stop, step)
@@ -298,11 +300,13 @@ class _Job:
                 with writer.as_default(step=step):
                     tf.summary.scalar("loss", loss)
                     tf.summary.scalar("examples_per_second", progress.rate * config.batch_size)
-                if validating and validating.due(step) and validating(step):
-                    break  # stopped early
+                stopped = bool(validating and validating.due(step) and validating(step))
                 if _due(step, config.checkpoint_every_steps):
                     self._checkpoint(step)
-        if not _due(step, config.checkpoint_every_steps):
+                    saved = step
+                if stopped:
+                    break  # early: `patience` evaluations without a better model
+        if saved != step:
             self._checkpoint(step)  # the end, unless the loop just saved it
         writer.flush()
         return step, loss
