@@ -10,9 +10,11 @@ from typing import Callable
 
 import tensorflow as tf
 
+from trainer import config as config_lib
 from trainer import history as history_lib
 from trainer import inputs
 from trainer import metrics as metrics_lib
+from trainer import schema as schema_lib
 from trainer import selection as selection_lib
 from trainer import splits as splits_lib
 from trainer import training
@@ -20,8 +22,8 @@ from trainer import training
 Evaluate = Callable[[], "dict | None"]
 
 
-def evaluator(loops: training.Loops, paths: list[str], schema, config,
-              part: splits_lib.Part | None = None) -> Evaluate:
+def evaluator(loops: training.Loops, paths: list[str], schema: schema_lib.Schema,
+              config: config_lib.Config, part: splits_lib.Part | None = None) -> Evaluate:
     """A function that evaluates the model on the records of `paths` that `part` keeps
     and returns the summed `metrics.batch_sums` (as numpy); None without paths."""
     if not paths:
@@ -46,7 +48,7 @@ class Validation:
 
     def __init__(self, evaluate: Evaluate, loops: training.Loops,
                  selection: selection_lib.Selection, history: history_lib.History,
-                 writer, every: int, last: int):
+                 writer: tf.summary.SummaryWriter, every: int, last: int):
         self.evaluate, self.loops, self.selection = evaluate, loops, selection
         self.history, self.writer, self.every, self.last = history, writer, every, last
 
@@ -72,7 +74,7 @@ class Validation:
         return selection.stopped
 
 
-def final(loops: training.Loops, splits: splits_lib.Splits, config,
+def final(loops: training.Loops, splits: splits_lib.Splits, config: config_lib.Config,
           selection: selection_lib.Selection | None, validate: Evaluate,
           test: Evaluate) -> tuple[dict, dict | None, str | None]:
     """Puts the selected model in place and evaluates it once more: on validation data,
