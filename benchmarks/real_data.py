@@ -230,6 +230,30 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
+def markdown(rows: list[dict]) -> str:
+    """The README's table: per dataset, each flag set's error and ratio beside both
+    boosting libraries', and training times (ours: the job's own, from history.json)."""
+    sets = list(dict.fromkeys(r["flags"] for r in rows))
+    by = {}
+    for r in rows:
+        by.setdefault(r["dataset"], {})[r["flags"]] = r
+    names = {"regression": "RMSE", "binary": "1 - auRoc", "multiclass": "1 - accuracy"}
+    head = (["dataset", "rows", "task", "error", "HGB", "LightGBM ratio"]
+            + [f"`{f}` error, ratio" for f in sets] + ["seconds: HGB / " + " / ".join(sets)])
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for name, d in by.items():
+        first = d[sets[0]]
+        task = first["task"]
+        boost = ERRORS[task]({k.removeprefix("boosting "): v for k, v in first.items()})
+        cells = [name, f"{first['rows']:,}", task, names[task], f"{boost:.4g}",
+                 f"{first.get('lightgbm error ratio', float('nan')):.3f}"]
+        cells += [f"{ERRORS[task](d[f]):.4g}, **{error_ratio(d[f]):.3f}**" for f in sets]
+        cells.append(" / ".join([f"{first.get('boosting seconds', float('nan')):.1f}"]
+                                + [f"{d[f].get('seconds', float('nan')):.0f}" for f in sets]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _geomean(values) -> float:
     return float(np.exp(np.mean(np.log(list(values)))))
 
@@ -263,6 +287,7 @@ def main(argv):
             rows.append(row)
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row.items()), flush=True)
+    print(markdown(rows))
     print("\n".join(summary(rows)))
     os.makedirs(os.path.dirname(FLAGS.output), exist_ok=True)
     with open(FLAGS.output, "w") as f:
