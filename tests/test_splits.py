@@ -61,3 +61,11 @@ def test_training_and_validation_read_complementary_records(fake_gcs, job_uri, s
     held = records.count(paths, skip_corrupt=False, keep=splits.Part(0.1, True))
     rest = records.count(paths, skip_corrupt=False, keep=splits.Part(0.1, False))
     assert (held, rest) == (expected, len(every) - expected)
+
+
+def test_any_record_reads_up_to_the_first_kept_one(fake_gcs, store):
+    paths = [store.path(f) for f in store.glob(data_globs("binary")[0])]
+    assert records.any_record(paths, skip_corrupt=False, keep=splits.Part(0.1, False))
+    # A part that keeps nothing (every record "inside" a fraction of 1): the streamed
+    # training data would be empty epochs forever; this is how that is caught.
+    assert not records.any_record(paths, skip_corrupt=False, keep=splits.Part(1.0, False))

@@ -17,6 +17,9 @@ from trainer import storage
 TASKS = ("regression", "binary", "multiclass")
 # The built-in models (trainer.model.tabular_model) and optimizers (training.make_optimizer).
 MODELS = ("mlp", "ple_mlp")
+# The default --holdout_fraction (trainer.splits): 10% of the training records validate,
+# as in Vertex's default 80/10/10 split.
+HOLDOUT_FRACTION = 0.1
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker")
 SHARD_POLICIES = ("auto", "file", "record")
 # Where training records come from (trainer.records.choose_cache); here, so that flags
@@ -62,7 +65,7 @@ class Config:
     cpu_devices: int = 1
     skip_corrupt_records: bool = False
     hptune_metric: str = "loss"
-    holdout_fraction: float = 0.1  # trainer.splits.FRACTION
+    holdout_fraction: float = HOLDOUT_FRACTION
     selection_metric: str | None = None  # None: the task's proper loss (selection.py)
     early_stopping_patience: int = 0
     fake_gcs_root: str | None = None
@@ -196,8 +199,8 @@ def validate(config: Config) -> None:
                           "number from 0 (no held-out validation records) to 0.5")
     if not config.learning_rate > 0:
         raise ConfigError(f"--learning_rate={config.learning_rate}: expected a positive number")
-    for name in ("train_data", "validation_data", "test_data", "schema", "model_dir", "checkpoint_dir",
-                 "tensorboard_dir"):
+    for name in ("train_data", "validation_data", "test_data", "schema", "model_dir",
+                 "checkpoint_dir", "tensorboard_dir"):
         value = getattr(config, name)
         if value and storage.is_gcs(value):
             try:

@@ -191,10 +191,10 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
         select = lambda indices: tf.nest.map_structure(  # noqa: E731
             lambda t: tf.gather(t, indices), data)
     else:
-        # Skipping corrupt data may leave nothing, and a stream of empty epochs would
-        # never end: count first (a read without parsing) when records can be dropped.
-        if (skip_corrupt or keep) and not records_lib.count(files, skip_corrupt=skip_corrupt,
-                                                            keep=keep):
+        # Skipping corrupt data or holding records out may leave nothing, and a stream of
+        # empty epochs would never end: look for one record first when records can drop.
+        if (skip_corrupt or keep) and not records_lib.any_record(
+                files, skip_corrupt=skip_corrupt, keep=keep):
             raise DataError(f"no training records could be read from {len(files)} file(s)")
         ds = records_lib.stream_chunks(files, parse, seed=seed, window=shuffle_buffer,
                                        start=start, skip_corrupt=skip_corrupt, keep=keep)

@@ -172,10 +172,9 @@ def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.
     """The built-in builders: preprocessing, then ReLU layers (`config.hidden_units`,
     else HIDDEN_UNITS of `config.model`). 'mlp' standardises numbers; 'ple_mlp' encodes
     them with `RobustPLE` and is wider."""
-    name = getattr(config, "model", "mlp")
     inputs = feature_inputs(schema)
-    x = preprocess(inputs, schema, numeric="ple" if name == "ple_mlp" else "standard")
-    for i, units in enumerate(getattr(config, "hidden_units", None) or HIDDEN_UNITS[name]):
+    x = preprocess(inputs, schema, numeric="ple" if config.model == "ple_mlp" else "standard")
+    for i, units in enumerate(config.hidden_units or HIDDEN_UNITS[config.model]):
         x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
     logits = keras.layers.Dense(num_outputs, name="logits")(x)
     return keras.Model(inputs=inputs, outputs=logits, name="tabular")

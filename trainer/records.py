@@ -117,6 +117,13 @@ def count(paths: list[str], *, skip_corrupt: bool, keep=None) -> int:
                              lambda n, b: n + tf.shape(b, out_type=tf.int64)[0]))
 
 
+def any_record(paths: list[str], *, skip_corrupt: bool, keep=None) -> bool:
+    """Whether `paths` hold a record that can be read and that `keep` keeps; reads only
+    up to the first such block, not the whole data."""
+    blocks = read_blocks(paths, skip_corrupt=skip_corrupt, keep=keep)
+    return bool(list(blocks.filter(lambda b: tf.size(b) > 0).take(1)))
+
+
 def load(paths: list[str], parse, *, skip_corrupt: bool, keep=None):
     """Reads and parses every record of `paths` into one tensor per feature (and label).
 

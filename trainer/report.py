@@ -58,8 +58,7 @@ def render(files: dict) -> str:
     matplotlib.use("Agg")  # no display; PNG only
     config, metrics = files["config.json"], files["metrics.json"]
     task = config.get("task", "")
-    step = (metrics.get("selection") or {}).get("step") or metrics.get("step", "?")
-    parts = [f"<h1>{_e(task)} model, step {step}</h1>",
+    parts = [f"<h1>{_e(task)} model, step {_exported_step(metrics) or '?'}</h1>",
              _section_run(files), _section_curves(files)]
     evaluation = files.get("evaluation.json")
     if evaluation and task == "regression":
@@ -108,8 +107,7 @@ def _section_curves(files: dict) -> str:
     train, evals = history.get("train", []), history.get("eval", [])
     if not train and not evals:
         return ""
-    metrics = files["metrics.json"]
-    step = (metrics.get("selection") or {}).get("step") or metrics.get("step")
+    step = _exported_step(files["metrics.json"])
     fig, ax = _figure()
     if train:
         ax.plot([e["step"] for e in train], [e["loss"] for e in train], label="training loss")
@@ -220,6 +218,11 @@ def _png(fig) -> str:
     plt.close(fig)
     data = base64.b64encode(buffer.getvalue()).decode()
     return f"<img alt='plot' src='data:image/png;base64,{data}'>"
+
+
+def _exported_step(metrics: dict) -> int | None:
+    """The step of the model exported: the selected one, else the last trained."""
+    return (metrics.get("selection") or {}).get("step") or metrics.get("step")
 
 
 def _table(header: list, rows: list) -> str:

@@ -16,9 +16,6 @@ import tensorflow as tf
 from trainer import config as config_lib
 from trainer import storage as storage_lib
 
-# The default --holdout_fraction: 10% of the training records validate, as in Vertex's
-# default 80/10/10 split of the 90% that is not test data.
-FRACTION = 0.1
 # Hash buckets: a fraction is rounded to 1/BUCKETS.
 BUCKETS = 10_000
 
