@@ -286,8 +286,10 @@ class _Job:
                                 *(_until(step, every) for every in
                                   (config.eval_every_steps, config.checkpoint_every_steps)
                                   if every))
+                started = time.monotonic()
                 with naming_bad_records(storage, files, self.schema):
                     loss = float(self.loops.train(iterator, tf.constant(num_steps)))
+                train_seconds = time.monotonic() - started
                 step += num_steps
                 if not tf.math.is_finite(loss):
                     last = self.ckpt.latest_step()
@@ -295,7 +297,7 @@ class _Job:
                         f"loss became {loss} in the steps up to {step}; lower --learning_rate "
                         "or look for extreme values in the data (the last good checkpoint, "
                         f"{f'step {last}' if last is not None else 'none'}, is kept)")
-                progress.update(step, loss)
+                progress.update(step, loss, train_seconds)
                 self.history.add_train(step, loss, progress.rate * config.batch_size)
                 with writer.as_default(step=step):
                     tf.summary.scalar("loss", loss)

@@ -12,8 +12,11 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Logs one line per inner loop; time left is estimated from the latest loop's rate,
-    so the first loop's tracing does not skew the estimate for the rest of the run."""
+    """Logs one line per inner loop. examples/s is the training steps' own rate (the
+    actions between loops, such as validation, would otherwise dilute it by the
+    evaluation's size); time left is estimated from the latest loop's wall time, actions
+    included, so the first loop's tracing does not skew the estimate for the rest of the
+    run."""
 
     def __init__(self, total_steps: int, global_batch_size: int, start_step: int = 0,
                  clock=time.monotonic, log=logging.info):
@@ -23,15 +26,16 @@ class Progress:
         self.clock = clock
         self.log = log
         self.last_time = clock()
-        self.rate = None  # steps per second of the latest loop
+        self.rate = None  # training steps per second of the latest loop
 
-    def update(self, step: int, loss: float) -> str:
-        """Records that training reached `step` with mean `loss` over the last loop."""
+    def update(self, step: int, loss: float, train_seconds: float | None = None) -> str:
+        """Records that training reached `step` with mean `loss` over the last loop, whose
+        steps took `train_seconds` (default: all the time since the last update)."""
         now = self.clock()
         steps, seconds = step - self.step, max(now - self.last_time, 1e-9)
-        self.rate = steps / seconds
+        self.rate = steps / max(train_seconds or seconds, 1e-9)
         self.step, self.last_time = step, now
-        left = (self.total_steps - step) / self.rate if self.rate else 0.0
+        left = (self.total_steps - step) * seconds / steps if steps else 0.0
         line = (f"step {step}/{self.total_steps} loss={loss:.5g} "
                 f"examples/s={self.rate * self.global_batch_size:,.0f} "
                 f"time_left={format_duration(left)}")
