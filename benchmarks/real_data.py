@@ -190,7 +190,8 @@ def library_metrics(library: str, task: str, x, y, train_rows, eval_rows) -> dic
         xt, xe = (f.assign(**{c: f[c].astype(object).where(f[c].notna(), "nan").astype(str)
                               for c in cats}) for f in (xt, xe))
         model = (catboost.CatBoostRegressor if task == "regression"
-                 else catboost.CatBoostClassifier)(random_seed=0, verbose=0, cat_features=cats)
+                 else catboost.CatBoostClassifier)(random_seed=0, verbose=0, cat_features=cats,
+                                                   allow_writing_files=False)
     model.fit(xt, yt)
     if task == "regression":
         return {"rootMeanSquaredError": metrics.mean_squared_error(ye, model.predict(xe)) ** 0.5,

@@ -247,3 +247,16 @@ def test_default_train_steps_are_ten_epochs_and_at_least_a_thousand(store, batch
                                              skip_corrupt=False)
     assert steps == expected  # 10 * 512 / 4 = 1280; 10 * 512 / 32 = 160, raised to 1000
     assert "10 epochs of 512 training records" in why
+
+
+def test_default_train_steps_are_capped_on_large_data():
+    """10M records at batch 64: 10 epochs would be 1,562,500 steps; the default stops at
+    MAX_DEFAULT_STEPS and says so. Just under the cap, 10 epochs stand."""
+    steps, why = records.steps_for(10_000_000, 64)
+    assert steps == records.MAX_DEFAULT_STEPS == 500_000
+    assert why == ("--train_steps unset: 10 epochs of 10,000,000 training records at "
+                   "--batch_size=64 would be 1,562,500; capped at 500,000 (3.2 epochs) so "
+                   "that a default job's length stays bounded; set --train_steps to train "
+                   "longer")
+    assert records.steps_for(3_200_000, 64)[0] == 500_000
+    assert records.steps_for(3_100_000, 64)[0] == 484_375

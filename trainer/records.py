@@ -53,6 +53,11 @@ _EPOCHS = 2 ** 62
 # the small ones only fit noise (diabetes, 3,000 steps: 1.39x against 1.21x).
 DEFAULT_EPOCHS = 10
 MIN_DEFAULT_STEPS = 1000
+# A default job's length is bounded whatever the data's size: 10 epochs of 10M records at
+# batch 64 would be 1.56M steps; 500,000 steps are 32M examples (3.2 epochs of 10M), about
+# 4 minutes of the default model's steps on this project's 2-core machine (2,270 steps/s
+# at batch 64; `--model=ple_mlp`: 890 steps/s, 9.4 minutes).
+MAX_DEFAULT_STEPS = 500_000
 
 
 def choose_cache(policy: str, file_bytes: int) -> tuple[str, str]:
@@ -74,14 +79,26 @@ def choose_cache(policy: str, file_bytes: int) -> tuple[str, str]:
 def default_train_steps(paths: list[str], batch_size: int, *, skip_corrupt: bool,
                         keep=None) -> tuple[int, str]:
     """The steps of a job without --train_steps, and why: DEFAULT_EPOCHS epochs of the
-    training records (counted: read, not parsed), at least MIN_DEFAULT_STEPS.
+    training records (counted: read, not parsed), at least MIN_DEFAULT_STEPS and at most
+    MAX_DEFAULT_STEPS.
 
     It depends on the files alone, so every worker and every restart decide alike.
     """
-    n = count(paths, skip_corrupt=skip_corrupt, keep=keep)
-    steps = max(MIN_DEFAULT_STEPS, -(-DEFAULT_EPOCHS * n // batch_size))
-    return steps, (f"--train_steps unset: {DEFAULT_EPOCHS} epochs of {n:,} training records "
-                   f"at --batch_size={batch_size}, and at least {MIN_DEFAULT_STEPS:,}")
+    return steps_for(count(paths, skip_corrupt=skip_corrupt, keep=keep), batch_size)
+
+
+def steps_for(n: int, batch_size: int) -> tuple[int, str]:
+    """DEFAULT_EPOCHS epochs of `n` records, within [MIN_DEFAULT_STEPS, MAX_DEFAULT_STEPS],
+    and why."""
+    epochs = -(-DEFAULT_EPOCHS * n // batch_size)
+    why = (f"--train_steps unset: {DEFAULT_EPOCHS} epochs of {n:,} training records at "
+           f"--batch_size={batch_size}")
+    if epochs > MAX_DEFAULT_STEPS:
+        return MAX_DEFAULT_STEPS, (
+            f"{why} would be {epochs:,}; capped at {MAX_DEFAULT_STEPS:,} "
+            f"({MAX_DEFAULT_STEPS * batch_size / n:.1f} epochs) so that a default job's "
+            "length stays bounded; set --train_steps to train longer")
+    return max(MIN_DEFAULT_STEPS, epochs), f"{why}, and at least {MIN_DEFAULT_STEPS:,}"
 
 
 def read_blocks(paths: list[str], *, skip_corrupt: bool, block: int = BLOCK,
