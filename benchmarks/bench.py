@@ -198,10 +198,12 @@ def cores(files) -> list[dict]:
     return rows
 
 
-def model_config() -> config_lib.Config:
-    """The benchmark's model settings (the data and output paths are not used)."""
+def model_config(model: str = "mlp") -> config_lib.Config:
+    """The benchmark's model settings (the data and output paths are not used): the
+    default model at HIDDEN units, or another built-in `model` at its own."""
     return config_lib.make_config(env={}, train_data="x", label="label", task="binary",
-                                  job_dir="/tmp/unused", hidden_units=HIDDEN)
+                                  job_dir="/tmp/unused", model=model,
+                                  hidden_units=HIDDEN if model == "mlp" else None)
 
 
 def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]:
@@ -214,10 +216,10 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         return inputs.make_dataset(files, schema, batch_size=batch, training=True, seed=1,
                                    cache=cache)
 
-    def loop(run_eagerly: bool, n_steps: int, cache: str):
+    def loop(run_eagerly: bool, n_steps: int, cache: str, name: str = "mlp"):
         keras.utils.set_random_seed(0)
-        model = model_lib.build(schema, head.units, config)
-        optimizer = training.make_optimizer(1e-3)
+        model = model_lib.build(schema, head.units, model_config(name))
+        optimizer = training.make_optimizer(1e-3, name, train_steps=10 * n_steps)
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)
         iterator = iter(strategy.distribute_datasets_from_function(
@@ -243,6 +245,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
     r = interleaved_rates({"memory": loop(False, steps, "memory"),
                            "stream": loop(False, steps, "stream"),
                            "eager": loop(True, max(steps // 10, 10), "memory"),
+                           "ple_mlp": loop(False, steps, "memory", "ple_mlp"),
                            "fit": fit()}, FLAGS.repeats)
     return [
         row("training", "compiled loop, in memory", r["memory"], ceiling, "ceiling",
@@ -253,6 +256,8 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             ">= 1x fit"),
         row("training", "Keras model.fit (same data)", r["fit"], ceiling, "ceiling"),
         row("training", "--run_eagerly", r["eager"], r["memory"], "compiled"),
+        row("training", "compiled loop, in memory, --model=ple_mlp", r["ple_mlp"], ceiling,
+            "ceiling"),
     ]
 
 
