@@ -219,6 +219,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
     def loop(run_eagerly: bool, n_steps: int, cache: str, name: str = "mlp"):
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, model_config(name))
+        # ple_mlp's rate schedule needs a length; it does not change the cost of a step.
         optimizer = training.make_optimizer(1e-3, name, train_steps=10 * n_steps)
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)

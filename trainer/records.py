@@ -90,15 +90,15 @@ def default_train_steps(paths: list[str], batch_size: int, *, skip_corrupt: bool
 def steps_for(n: int, batch_size: int) -> tuple[int, str]:
     """DEFAULT_EPOCHS epochs of `n` records, within [MIN_DEFAULT_STEPS, MAX_DEFAULT_STEPS],
     and why."""
-    epochs = -(-DEFAULT_EPOCHS * n // batch_size)
+    steps = -(-DEFAULT_EPOCHS * n // batch_size)
     why = (f"--train_steps unset: {DEFAULT_EPOCHS} epochs of {n:,} training records at "
            f"--batch_size={batch_size}")
-    if epochs > MAX_DEFAULT_STEPS:
+    if steps > MAX_DEFAULT_STEPS:
         return MAX_DEFAULT_STEPS, (
-            f"{why} would be {epochs:,}; capped at {MAX_DEFAULT_STEPS:,} "
+            f"{why} would be {steps:,}; capped at {MAX_DEFAULT_STEPS:,} "
             f"({MAX_DEFAULT_STEPS * batch_size / n:.1f} epochs) so that a default job's "
             "length stays bounded; set --train_steps to train longer")
-    return max(MIN_DEFAULT_STEPS, epochs), f"{why}, and at least {MIN_DEFAULT_STEPS:,}"
+    return max(MIN_DEFAULT_STEPS, steps), f"{why}, and at least {MIN_DEFAULT_STEPS:,}"
 
 
 def read_blocks(paths: list[str], *, skip_corrupt: bool, block: int = BLOCK,

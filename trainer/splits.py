@@ -1,10 +1,10 @@
 """Which records train, which validate (select the model) and which test it.
 
 Validation data is --validation_data or, without it, records held out of the training
-files (--holdout_fraction). A record is held out when the hash of its serialized bytes falls in the first `fraction`
-of the hash's range: the choice depends on the record alone, not on file order,
-sharding, the number of workers or a restart, and identical records (duplicates) always
-land on the same side, so none is trained on and validated on at once.
+files (--holdout_fraction). A record is held out when the hash of its serialized bytes
+falls in the first `fraction` of the hash's range: the choice depends on the record alone,
+not on file order, sharding, the number of workers or a restart, and identical records
+(duplicates) always land on the same side, so none is trained on and validated on at once.
 """
 
 from __future__ import annotations

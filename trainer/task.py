@@ -33,9 +33,10 @@ flags.DEFINE_string("validation_data", None, "Glob of validation TFRecord files:
 flags.DEFINE_alias("eval_data", "validation_data")
 flags.DEFINE_string("test_data", None, "Glob of test TFRecord files, evaluated once on the "
                     "selected model; metrics.json reports it. Default: $AIP_TEST_DATA_URI.")
-flags.DEFINE_float("holdout_fraction", config_lib.HOLDOUT_FRACTION, "Without --validation_data, this fraction of the "
-                   "training records (chosen by a hash of each record) validates instead of "
-                   "training; 0: no validation, the last model is exported.")
+flags.DEFINE_float("holdout_fraction", config_lib.HOLDOUT_FRACTION,
+                   "Without --validation_data, this fraction of the training records "
+                   "(chosen by a hash of each record) validates instead of training; 0: no "
+                   "validation, the last model is exported.")
 flags.DEFINE_string("selection_metric", None, "Validation metric that selects the model "
                     "exported (lower is better for losses and errors, higher for the rest). "
                     "Default: logLoss, or rootMeanSquaredError for regression.")
@@ -99,10 +100,10 @@ flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
                     "DIR/BUCKET/PATH: run the cloud command line locally.")
 
 FIELDS = ("train_data", "validation_data", "test_data", "label", "weight", "task", "schema",
-          "job_dir", "model_dir", "checkpoint_dir", "tensorboard_dir", "batch_size",
-          "train_steps", "learning_rate", "model", "hidden_units", "steps_per_loop", "eval_every_steps", "eval_steps",
-          "checkpoint_every_steps", "seed", "shuffle_buffer", "cache", "schema_sample_records",
-          "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
+          "job_dir", "model_dir", "checkpoint_dir", "tensorboard_dir", "batch_size", "train_steps",
+          "learning_rate", "model", "hidden_units", "steps_per_loop", "eval_every_steps",
+          "eval_steps", "checkpoint_every_steps", "seed", "shuffle_buffer", "cache",
+          "schema_sample_records", "model_fn", "strategy", "run_eagerly", "shard_by", "cpu_devices",
           "skip_corrupt_records", "hptune_metric", "holdout_fraction", "selection_metric",
           "early_stopping_patience", "fake_gcs_root")
 # Exit codes: Vertex AI restarts a task that exits non-zero.

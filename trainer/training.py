@@ -59,44 +59,11 @@ class _Summed:
         return grads_and_vars
 
 
-class _Fused:
-    """Adam's update of a variable as TensorFlow's one fused op, `ResourceApplyAdam`.
-
-    Keras writes the update as ~33 small ops per variable; on a CPU a tabular model's
-    step is bound by how many ops it runs, not by their arithmetic (the default model at
-    batch 128 on one core, medians of 7 runs taken in turns: 467 ops and 2,569 steps/s
-    with Keras' update, 299 ops and 3,102 steps/s fused). The fused kernel computes the
-    same formula
-    (m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2); w -= m lr sqrt(1 - b2^t) / (1 - b1^t) /
-    (sqrt(v) + eps)) on the same slot variables, so checkpoints do not change.
-    """
-
-    def update_step(self, gradient, variable, learning_rate):
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
-            return super().update_step(gradient, variable, learning_rate)
-        index = self._get_variable_index(variable)
-        dtype = variable.dtype
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(self._momentums[index]),
-            v=_handle(self._velocities[index]), beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
-            beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(gradient, dtype))
-
-
-def _handle(variable) -> tf.Tensor:
-    """The resource handle of a Keras or TensorFlow variable; inside a strategy's
-    `extended.update`, a distributed variable's handle is the current device's."""
-    return (variable.value if isinstance(variable, keras.Variable) else variable).handle
-
-
-class Adam(_Summed, _Fused, keras.optimizers.Adam):
+class Adam(_Summed, keras.optimizers.Adam):
     """Adam on gradients summed by `train_step`."""
 
 
-class AdamW(_Summed, _Fused, keras.optimizers.AdamW):
+class AdamW(_Summed, keras.optimizers.AdamW):
     """AdamW on gradients summed by `train_step`."""
 
 
