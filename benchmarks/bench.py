@@ -32,6 +32,7 @@ from trainer import config as config_lib  # noqa: E402
 from trainer import heads  # noqa: E402
 from trainer import inputs  # noqa: E402
 from trainer import model as model_lib  # noqa: E402
+from trainer import optimizers  # noqa: E402
 from trainer import records as records_lib  # noqa: E402
 from trainer import sample_data  # noqa: E402
 from trainer import schema as schema_lib  # noqa: E402
@@ -220,7 +221,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, model_config(name))
         # ple_mlp's rate schedule needs a length; it does not change the cost of a step.
-        optimizer = training.make_optimizer(1e-3, name, train_steps=10 * n_steps)
+        optimizer = optimizers.make_optimizer(1e-3, name, train_steps=10 * n_steps)
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)
         iterator = iter(strategy.distribute_datasets_from_function(
@@ -385,13 +386,20 @@ def end_to_end(storage, files, ceiling: float) -> list[dict]:
 
 def strategies(storage, files, schema) -> list[dict]:
     three_way = FLAGS.batch_size - FLAGS.batch_size % 3
-    configs = {
-        "default strategy": (["--strategy=default"], 1),
-        "MirroredStrategy, 1 device": (["--strategy=mirrored"], 1),
-        "MirroredStrategy, 2 logical CPUs": (["--cpu_devices=2"], 1),
-        "MultiWorkerMirrored, 2 local workers": ([], 2),
+    # These rows measure training, so each job validates once, at its end: left to the
+    # default (20 evaluations a run, in whole loops) a 1,500-step job validates after
+    # every loop. One row shows what that costs a multi-worker job.
+    steps = 200 if FLAGS.quick else 1500
+    at_end = [f"--eval_every_steps={steps}"]
+    configs = {  # name: (flags, worker processes, compared with the all-reduce floor)
+        "default strategy": (["--strategy=default", *at_end], 1, False),
+        "MirroredStrategy, 1 device": (["--strategy=mirrored", *at_end], 1, False),
+        "MirroredStrategy, 2 logical CPUs": (["--cpu_devices=2", *at_end], 1, False),
+        "MultiWorkerMirrored, 2 local workers": (at_end, 2, True),
+        "MultiWorkerMirrored, 2 local workers, validating every loop": ([], 2, False),
         # The global batch must split evenly: 3 workers take a multiple of 3 beside it.
-        "MultiWorkerMirrored, 3 local workers": ([f"--batch_size={three_way}"], 3),
+        "MultiWorkerMirrored, 3 local workers": (
+            [f"--batch_size={three_way}", *at_end], 3, True),
     }
     elements = gradient_elements(schema)
     runs = {name: {} for name in configs}
@@ -399,9 +407,9 @@ def strategies(storage, files, schema) -> list[dict]:
     samples = {name: [] for name in configs}
     floors = {2: [], 3: []}
     for _ in range(FLAGS.repeats):
-        for name, (extra, workers) in configs.items():
-            samples[name].append(task_run(storage, files, extra, workers))
-            if workers > 1:
+        for name, (extra, workers, against_floor) in configs.items():
+            samples[name].append(task_run(storage, files, extra, workers, steps=steps))
+            if against_floor:
                 floors[workers].append(allreduce_floor(workers, elements))
     for name, results in samples.items():
         runs[name] = {key: statistics.median(r[key] for r in results)
@@ -412,13 +420,13 @@ def strategies(storage, files, schema) -> list[dict]:
         target = {"MirroredStrategy, 1 device": "<= 10% slower",
                   "MultiWorkerMirrored, 2 local workers": ">= 0.25x default"}.get(name, "")
         rows.append(row("strategy", name, r["rate"], base, "default", target))
-        workers = configs[name][1]
-        if workers > 1:
+        _, workers, against_floor = configs[name]
+        if against_floor:
             floor = statistics.median(floors[workers])
-            steps = r["rate"] / (three_way if workers == 3 else FLAGS.batch_size)
+            per_s = r["rate"] / (three_way if workers == 3 else FLAGS.batch_size)
             rows.append(row("strategy", f"  bare all-reduce loop, {workers} workers "
                             f"({elements:,} floats)", floor, None, "", unit="steps/s"))
-            rows.append(row("strategy", f"  the {workers}-worker job, in steps/s", steps,
+            rows.append(row("strategy", f"  the {workers}-worker job, in steps/s", per_s,
                             floor, "floor", ">= 0.5x floor" if workers == 2 else "",
                             unit="steps/s"))
     first = runs["default strategy"]

@@ -16,6 +16,7 @@ from trainer import heads
 from trainer import inputs
 from trainer import job
 from trainer import metrics
+from trainer import optimizers
 from trainer import schema as schema_lib
 from trainer import training
 
@@ -32,7 +33,7 @@ def one_step(batch, global_batch_size: int) -> list[np.ndarray]:
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
                               keras.layers.Dense(1)])
-    optimizer = training.make_optimizer(1e-2)
+    optimizer = optimizers.make_optimizer(1e-2)
     optimizer.build(model.trainable_variables)
     training.train_step(model, optimizer, heads.Head("binary", (0, 1), "int"), batch,
                         global_batch_size)

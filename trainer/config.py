@@ -15,7 +15,7 @@ from trainer import hypertune
 from trainer import storage
 
 TASKS = ("regression", "binary", "multiclass")
-# The built-in models (trainer.model.tabular_model) and optimizers (training.make_optimizer).
+# The built-in models (trainer.model.tabular_model) and optimizers (optimizers.make_optimizer).
 MODELS = ("mlp", "ple_mlp")
 # The default --holdout_fraction (trainer.splits): 10% of the training records validate,
 # as in Vertex's default 80/10/10 split.

@@ -32,6 +32,7 @@ from trainer import importance
 from trainer import inputs
 from trainer import metrics as metrics_lib
 from trainer import model as model_lib
+from trainer import optimizers
 from trainer import preemption
 from trainer import profile
 from trainer import progress as progress_lib
@@ -116,7 +117,7 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
     keras.utils.set_random_seed(config.effective_seed())
     with strategy.scope():
         model = model_lib.build(schema, head.units, config)
-        optimizer = training.make_optimizer(config.learning_rate, config.model,
+        optimizer = optimizers.make_optimizer(config.learning_rate, config.model,
                                             config.train_steps)
         # Slot variables must exist before the first step is traced under a strategy.
         optimizer.build(model.trainable_variables)

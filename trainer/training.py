@@ -42,48 +42,10 @@ def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: 
     # deterministic; for the vocabularies of tabular data they are cheap.
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
     grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    # `trainer.optimizers` knows the gradients are summed already, and updates all
+    # variables at once.
     optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return loss
-
-
-class _Summed:
-    """An optimizer that applies the gradients it is given, already summed over replicas.
-
-    Keras sums gradients over replicas inside `apply_gradients`, but not in every
-    version: Keras 3.4 (in Vertex's TF 2.17 images) calls that sum in cross-replica
-    context, where it does nothing, so each replica applied its own gradient. The step
-    sums them itself (`train_step`), and this optimizer must not sum them again.
-    """
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        return grads_and_vars
-
-
-class Adam(_Summed, keras.optimizers.Adam):
-    """Adam on gradients summed by `train_step`."""
-
-
-class AdamW(_Summed, keras.optimizers.AdamW):
-    """AdamW on gradients summed by `train_step`."""
-
-
-def make_optimizer(learning_rate: float, model: str = "mlp",
-                   train_steps: int | None = None) -> keras.optimizers.Optimizer:
-    """The optimizer `train_step` expects, for the built-in `model` (config.MODELS):
-    'mlp': Adam at a constant rate; 'ple_mlp': AdamW (beta2 0.95, Keras' weight decay)
-    whose rate decays on a cosine to 0 over `train_steps` (RealMLP's ablations: beta2
-    0.95 and a schedule each cut regression error by 13-23%). The schedule is a function
-    of the optimizer's step, so a resumed job continues it exactly.
-
-    Build it on the model's variables inside `strategy.scope()` before the first step
-    (slot variables cannot be created while a strategy traces the step)."""
-    if not hasattr(keras.optimizers.Adam, "_all_reduce_sum_gradients"):
-        raise RuntimeError(f"Keras {keras.__version__} changed how optimizers sum gradients "
-                           "over replicas; trainer.training._Summed must be updated")
-    if model == "mlp":
-        return Adam(learning_rate)
-    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, max(train_steps, 1))
-    return AdamW(schedule, beta_2=0.95)
 
 
 def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, tf.Tensor]:
