@@ -243,10 +243,17 @@ def test_nothing_readable_is_an_error_not_an_endless_stream(store, cache):
 def test_default_train_steps_are_ten_epochs_and_at_least_a_thousand(store, batch_size,
                                                                     expected):
     files = store.glob(data_globs("binary")[0])  # 512 records in 4 files
-    steps, why = records.default_train_steps([store.path(f) for f in files], batch_size,
-                                             skip_corrupt=False)
+    steps, why = records.steps_for(
+        records.count([store.path(f) for f in files], skip_corrupt=False), batch_size)
     assert steps == expected  # 10 * 512 / 4 = 1280; 10 * 512 / 32 = 160, raised to 1000
     assert "10 epochs of 512 training records" in why
+
+
+def test_count_with_a_limit_stops_reading_once_it_is_reached(store):
+    paths = [store.path(f) for f in store.glob(data_globs("binary")[0])]  # 512 records
+    assert records.count(paths, skip_corrupt=False, limit=10_000) == 512
+    # Counted by blocks: at least the limit, and not all 4 files' worth.
+    assert 100 <= records.count(paths, skip_corrupt=False, limit=100) < 512
 
 
 def test_default_train_steps_are_capped_on_large_data():

@@ -1,5 +1,6 @@
 """Model and heads: a model per task from the schema, preprocessing inside, custom builders."""
 
+import logging
 import sys
 import types
 
@@ -11,6 +12,7 @@ import tensorflow as tf
 from conftest import linear_model, make_config
 from trainer import config as config_lib
 from trainer import heads
+from trainer import job
 from trainer import model as model_lib
 from trainer import schema as schema_lib
 
@@ -88,6 +90,30 @@ def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
     assert [layer.units for layer in model.layers if layer.name.startswith("hidden_")] == [
         256, 256, 256]
     assert any(isinstance(layer, model_lib.RobustPLE) for layer in model.layers)
+
+
+def test_ple_mlp_width_follows_the_number_of_training_records():
+    small, why = model_lib.default_hidden_units("ple_mlp", 4_999)
+    assert small == (64, 32)
+    assert why == ("--model=ple_mlp on 4,999 training records, fewer than 5,000; from "
+                   "5,000: 256,256,256")
+    assert model_lib.default_hidden_units("ple_mlp", 5_000)[0] == (256, 256, 256)
+    # mlp has one width whatever the data.
+    assert model_lib.default_hidden_units("mlp", 10)[0] == (64, 32)
+
+
+def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri,
+                                                                caplog):
+    """The tiny dataset has 512 records: ple_mlp gets 64,32, in the log and config.json."""
+    config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units=None,
+                         train_steps=2)
+    with caplog.at_level(logging.INFO):
+        result = job.run(config, tf.distribute.get_strategy())
+    assert ("hidden layers 64,32 (--model=ple_mlp on 512 training records, fewer than "
+            "5,000" in caplog.text)
+    assert [layer.units for layer in result.model.layers
+            if layer.name.startswith("hidden_")] == [64, 32]
+    assert store.read_json(config.model_dir + "/config.json")["hidden_units"] == [64, 32]
 
 
 def test_bad_quantiles_in_a_schema_file_are_named():

@@ -46,7 +46,7 @@ class Config:
     weight: str | None = None
     schema: str | None = None
     batch_size: int = 64
-    train_steps: int | None = None  # None: decided from the data (records.default_train_steps)
+    train_steps: int | None = None  # None: decided from the data (records.steps_for)
     learning_rate: float = 1e-3
     model: str = "mlp"
     hidden_units: tuple[int, ...] | None = None  # None: the --model's own

@@ -150,16 +150,26 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
 
 def decide_lengths(config: config_lib.Config, storage: storage_lib.Storage,
                    splits: splits_lib.Splits, schema: schema_lib.Schema) -> config_lib.Config:
-    """`config` with --train_steps, --eval_every_steps and --selection_metric filled in
-    where unset (from the files alone, so every worker and every restart decide alike),
-    saying why."""
-    if config.train_steps is None:
+    """`config` with --train_steps, --hidden_units, --eval_every_steps and
+    --selection_metric filled in where unset (from the files alone, so every worker and
+    every restart decide alike), saying why."""
+    sized = config.hidden_units is None and not config.model_fn
+    if config.train_steps is None or sized:
         with naming_bad_records(storage, splits.train_files, schema):
-            steps, why = records.default_train_steps(
-                [storage.path(f) for f in splits.train_files], config.batch_size,
-                skip_corrupt=config.skip_corrupt_records, keep=splits.train_part)
+            # The model's width needs to know only whether the data is small.
+            n = records.count([storage.path(f) for f in splits.train_files],
+                              skip_corrupt=config.skip_corrupt_records,
+                              keep=splits.train_part,
+                              limit=None if config.train_steps is None
+                              else model_lib.SMALL_DATA_RECORDS)
+    if config.train_steps is None:
+        steps, why = records.steps_for(n, config.batch_size)
         logging.info("training for %s steps (%s)", f"{steps:,}", why)
         config = dataclasses.replace(config, train_steps=steps)
+    if sized:
+        units, why = model_lib.default_hidden_units(config.model, n)
+        logging.info("hidden layers %s (%s)", ",".join(map(str, units)), why)
+        config = dataclasses.replace(config, hidden_units=units)
     if config.eval_every_steps is None:
         every, why = selection_lib.eval_every(config.train_steps, config.steps_per_loop)
         if splits.validation_files:

@@ -76,17 +76,6 @@ def choose_cache(policy: str, file_bytes: int) -> tuple[str, str]:
     return "stream", f"auto: {size}, over the {_human(MEMORY_BUDGET_BYTES)} budget"
 
 
-def default_train_steps(paths: list[str], batch_size: int, *, skip_corrupt: bool,
-                        keep=None) -> tuple[int, str]:
-    """The steps of a job without --train_steps, and why: DEFAULT_EPOCHS epochs of the
-    training records (counted: read, not parsed), at least MIN_DEFAULT_STEPS and at most
-    MAX_DEFAULT_STEPS.
-
-    It depends on the files alone, so every worker and every restart decide alike.
-    """
-    return steps_for(count(paths, skip_corrupt=skip_corrupt, keep=keep), batch_size)
-
-
 def steps_for(n: int, batch_size: int) -> tuple[int, str]:
     """DEFAULT_EPOCHS epochs of `n` records, within [MIN_DEFAULT_STEPS, MAX_DEFAULT_STEPS],
     and why."""
@@ -127,11 +116,20 @@ def read_blocks(paths: list[str], *, skip_corrupt: bool, block: int = BLOCK,
         deterministic=True)
 
 
-def count(paths: list[str], *, skip_corrupt: bool, keep=None) -> int:
-    """Records in `paths` (read, not parsed) that `keep` keeps."""
+def count(paths: list[str], *, skip_corrupt: bool, keep=None,
+          limit: int | None = None) -> int:
+    """Records in `paths` (read, not parsed) that `keep` keeps; with `limit`, reading
+    stops once that many are counted (the answer is then at least `limit`)."""
     blocks = read_blocks(paths, skip_corrupt=skip_corrupt, block=LOAD_BATCH, keep=keep)
-    return int(blocks.reduce(tf.constant(0, tf.int64),
-                             lambda n, b: n + tf.shape(b, out_type=tf.int64)[0]))
+    sizes = blocks.map(lambda b: tf.shape(b, out_type=tf.int64)[0])
+    if limit is None:
+        return int(sizes.reduce(tf.constant(0, tf.int64), lambda n, size: n + size))
+    n = 0
+    for size in sizes:
+        n += int(size)
+        if n >= limit:
+            break
+    return n
 
 
 def any_record(paths: list[str], *, skip_corrupt: bool, keep=None) -> bool:
