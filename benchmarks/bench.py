@@ -200,8 +200,9 @@ def cores(files) -> list[dict]:
 
 
 def model_config(model: str = "mlp") -> config_lib.Config:
-    """The benchmark's model settings (the data and output paths are not used): the
-    default model at HIDDEN units, or another built-in `model` at its own."""
+    """The benchmark's model settings (the data and output paths are not used): `mlp` at
+    HIDDEN units, the model every row has measured since the first run (the default
+    before `ple_mlp`), or another built-in `model` at its own."""
     return config_lib.make_config(env={}, train_data="x", label="label", task="binary",
                                   job_dir="/tmp/unused", model=model,
                                   hidden_units=HIDDEN if model == "mlp" else None)
@@ -282,7 +283,7 @@ def task_run(storage, files, extra: list[str], workers: int = 1, job: str | None
     args = [sys.executable, "-m", "trainer.task", f"--train_data={glob}", "--label=label",
             "--task=binary", f"--job_dir={job}", f"--batch_size={FLAGS.batch_size}",
             f"--train_steps={steps}", "--steps_per_loop=100", "--seed=1",
-            f"--hidden_units={','.join(map(str, HIDDEN))}", *extra]
+            "--model=mlp", f"--hidden_units={','.join(map(str, HIDDEN))}", *extra]
     procs = []
     start = time.perf_counter()
     for env in cluster_envs(workers):

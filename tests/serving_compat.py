@@ -57,8 +57,7 @@ def flatten(answer: dict) -> tuple[list, np.ndarray]:
     return classes, np.array(numbers, dtype=np.float64)
 
 
-@pytest.mark.parametrize("task, model", [(t, "mlp") for t in TASKS] +
-                         [("regression", "ple_mlp"), ("multiclass", "ple_mlp")])
+@pytest.mark.parametrize("task, model", [(t, m) for m in ("ple_mlp", "mlp") for t in TASKS])
 def test_tf_2_15_serves_the_export_like_this_tensorflow(fake_gcs, store, serving_python,
                                                         tmp_path, task, model):
     job_dir = f"gs://{BUCKET}/jobs/serving-{task}-{model}"

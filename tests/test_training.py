@@ -86,6 +86,22 @@ def test_progress_line_has_step_loss_rate_and_time_left():
                      "step 200/300 loss=0.25 examples/s=6,400 time_left=0:00:01"]
 
 
+def test_time_left_averages_the_loops_since_the_first():
+    """Loops of 1 s, with a 3 s validation after the second: the loop after it does not
+    predict a validation after every loop, nor the loop after that none at all."""
+    times = iter([0.0, 1.0, 2.0, 6.0, 7.0])
+    lines = []
+    p = progress.Progress(total_steps=600, global_batch_size=64, clock=lambda: next(times),
+                          log=lines.append)
+    for step in (100, 200, 300, 400):
+        p.update(step, 0.5, train_seconds=1.0)
+    assert [line.split("time_left=")[1] for line in lines] == [
+        "0:00:05",  # the first loop alone: 5 x 1 s
+        "0:00:04",  # 4 x 1 s
+        "0:00:08",  # 3 x (5 s / 2 loops) = 7.5 s
+        "0:00:04"]  # 2 x (6 s / 3 loops)
+
+
 def test_progress_rate_counts_training_time_and_time_left_counts_everything():
     """A loop of 100 steps that trained for 1 s but took 4 s with its validation: 6,400
     examples/s, and 100 more steps take 4 s."""

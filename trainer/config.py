@@ -48,7 +48,7 @@ class Config:
     batch_size: int = 64
     train_steps: int | None = None  # None: decided from the data (records.steps_for)
     learning_rate: float = 1e-3
-    model: str = "mlp"
+    model: str = "ple_mlp"
     hidden_units: tuple[int, ...] | None = None  # None: the --model's own
     steps_per_loop: int = 100
     eval_every_steps: int | None = None  # None: EVALUATIONS per run (job.py decides)

@@ -14,9 +14,10 @@ def format_duration(seconds: float) -> str:
 class Progress:
     """Logs one line per inner loop. examples/s is the training steps' own rate (the
     actions between loops, such as validation, would otherwise dilute it by the
-    evaluation's size); time left is estimated from the latest loop's wall time, actions
-    included, so the first loop's tracing does not skew the estimate for the rest of the
-    run."""
+    evaluation's size); time left is estimated from the wall time per step since the
+    first loop, actions included: not from the first loop (its tracing would skew the
+    estimate for the rest of the run), nor from the latest alone (a loop after a
+    validation would predict a validation after every loop)."""
 
     def __init__(self, total_steps: int, global_batch_size: int, start_step: int = 0,
                  clock=time.monotonic, log=logging.info):
@@ -27,6 +28,7 @@ class Progress:
         self.log = log
         self.last_time = clock()
         self.rate = None  # training steps per second of the latest loop
+        self.since = None  # (step, time) at the end of the first loop
 
     def update(self, step: int, loss: float, train_seconds: float | None = None) -> str:
         """Records that training reached `step` with mean `loss` over the last loop, whose
@@ -35,6 +37,10 @@ class Progress:
         steps, seconds = step - self.step, max(now - self.last_time, 1e-9)
         self.rate = steps / max(train_seconds or seconds, 1e-9)
         self.step, self.last_time = step, now
+        if self.since and step > self.since[0]:
+            steps, seconds = step - self.since[0], now - self.since[1]
+        else:
+            self.since = (step, now)
         left = (self.total_steps - step) * seconds / steps if steps else 0.0
         line = (f"step {step}/{self.total_steps} loss={loss:.5g} "
                 f"examples/s={self.rate * self.global_batch_size:,.0f} "

@@ -59,12 +59,14 @@ flags.DEFINE_integer("train_steps", None, "Optimizer steps in all; unset: 10 epo
                      "training data, and at least 1,000 steps.")
 flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate (ple_mlp: the first, "
                    "decayed on a cosine to 0 over the run).")
-flags.DEFINE_enum("model", "mlp", list(config_lib.MODELS), "The built-in model: mlp "
-                  "(standardised numbers, 64,32 ReLU layers, Adam) or ple_mlp (robust "
-                  "scaling and piecewise-linear encodings of numbers, 256,256,256, AdamW with "
-                  "beta2 0.95 and a cosine schedule).")
+flags.DEFINE_enum("model", "ple_mlp", list(config_lib.MODELS), "The built-in model: "
+                  "ple_mlp (robust scaling and piecewise-linear encodings of numbers; "
+                  "64,32 ReLU layers below 5,000 training records, 256,256,256 from there; "
+                  "AdamW with beta2 0.95 and a cosine schedule) or mlp (standardised "
+                  "numbers, 64,32 ReLU layers, Adam).")
 flags.DEFINE_string("hidden_units", None, "Sizes of the hidden layers, e.g. 256,128; unset: "
-                    "the --model's (mlp: 64,32; ple_mlp: 256,256,256).")
+                    "the --model's (ple_mlp: 64,32 below 5,000 training records, else "
+                    "256,256,256; mlp: 64,32).")
 flags.DEFINE_integer("steps_per_loop", 100, "Steps per compiled inner loop (one log line).")
 flags.DEFINE_integer("eval_every_steps", None, "Evaluate every N steps (and at the end); "
                      "unset: 20 times per run; 0: only at the end.")
