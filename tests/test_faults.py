@@ -173,8 +173,12 @@ def test_sigterm_to_one_worker_stops_the_whole_cluster_and_resumes_exactly(fake_
     """Vertex may signal one VM only: every task must stop at the same step and save.
     Restarted, the cluster ends with the weights of an uninterrupted cluster. Streamed
     (--cache=off) and sharded by file: each worker skips inside its own files."""
-    # Evaluations on a fixed schedule: unset, it would follow --train_steps, which differs.
-    flags = {**RESUME_FLAGS, "cache": "off", "shard_by": "file", "eval_every_steps": 20}
+    # Evaluations on a fixed schedule: unset, it would follow --train_steps, which differs
+    # (100,000 first, so that the job still runs when signalled); for the same reason
+    # `mlp`, whose rate is constant (ple_mlp's schedule follows --train_steps; the SIGKILL
+    # test resumes the default model with the same --train_steps).
+    flags = {**RESUME_FLAGS, "cache": "off", "shard_by": "file", "eval_every_steps": 20,
+             "model": "mlp"}
     chief, worker = two_worker_jobs(task_args(fake_gcs, job_uri, **{**flags,
                                                                      "train_steps": 100_000}))
     try:
@@ -316,7 +320,9 @@ CASES = [  # (case, flags, environment, expected last line starts with, exit cod
      "match. Data type: string but expected type: int64", 2),
     ("unknown class", on("unknownclass"), {},
      f"error: {B}/unknownclass/part-0.tfrecord record 64: label 'label' has a value that is "
-     "not one of the classes [0, 1]", 2),
+     "not one of the classes [0, 1] (the schema's: a class that the schema sample missed, as "
+     "in data sorted by label, needs shuffled data, a larger --schema_sample_records or a "
+     "--schema listing every class)", 2),
     ("feature type", on("featuretype"), {},
      f"error: {B}/featuretype/part-0.tfrecord record 64: Key: age, Index: 0.  Data types don't "
      "match. Data type: string but expected type: float", 2),

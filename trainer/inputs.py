@@ -64,7 +64,10 @@ def label_encoder(schema: schema_lib.Schema):
         index = table.lookup(y)
         check = tf.debugging.assert_non_negative(
             index, message=f"label {label.name!r} has a value that is not one of the "
-                           f"classes {list(label.classes)[:20]}")
+                           f"classes {list(label.classes)[:20]} (the schema's: a class that "
+                           "the schema sample missed, as in data sorted by label, needs "
+                           "shuffled data, a larger --schema_sample_records or a --schema "
+                           "listing every class)")
         with tf.control_dependencies([check]):
             return tf.identity(index)
 
