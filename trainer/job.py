@@ -112,13 +112,13 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
             logging.warning("skipping the rest of a corrupt file: %s", problem)
     schema = load_schema(config, storage, splits.train_files)
     head = heads.make_head(config.task, schema)
-    config = decide_lengths(config, storage, splits, schema)
+    config = decide_defaults(config, storage, splits, schema)
 
     keras.utils.set_random_seed(config.effective_seed())
     with strategy.scope():
         model = model_lib.build(schema, head.units, config)
         optimizer = optimizers.make_optimizer(config.learning_rate, config.model,
-                                            config.train_steps)
+                                              config.train_steps)
         # Slot variables must exist before the first step is traced under a strategy.
         optimizer.build(model.trainable_variables)
     selection = selection_lib.Selection(model, config.selection_metric,
@@ -148,8 +148,8 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
         ckpt.close()
 
 
-def decide_lengths(config: config_lib.Config, storage: storage_lib.Storage,
-                   splits: splits_lib.Splits, schema: schema_lib.Schema) -> config_lib.Config:
+def decide_defaults(config: config_lib.Config, storage: storage_lib.Storage,
+                    splits: splits_lib.Splits, schema: schema_lib.Schema) -> config_lib.Config:
     """`config` with --train_steps, --hidden_units, --eval_every_steps and
     --selection_metric filled in where unset (from the files alone, so every worker and
     every restart decide alike), saying why."""
