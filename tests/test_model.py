@@ -98,8 +98,6 @@ def test_ple_mlp_width_follows_the_number_of_training_records():
     assert why == ("--model=ple_mlp on 4,999 training records, fewer than 5,000; from "
                    "5,000: 256,256,256")
     assert model_lib.default_hidden_units("ple_mlp", 5_000)[0] == (256, 256, 256)
-    # mlp has one width whatever the data.
-    assert model_lib.default_hidden_units("mlp", 10)[0] == (64, 32)
 
 
 def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri,

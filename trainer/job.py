@@ -150,10 +150,11 @@ def run(config: config_lib.Config, strategy: tf.distribute.Strategy,
 
 def decide_defaults(config: config_lib.Config, storage: storage_lib.Storage,
                     splits: splits_lib.Splits, schema: schema_lib.Schema) -> config_lib.Config:
-    """`config` with --train_steps, --hidden_units, --eval_every_steps and
-    --selection_metric filled in where unset (from the files alone, so every worker and
-    every restart decide alike), saying why."""
-    sized = config.hidden_units is None and not config.model_fn
+    """`config` with --train_steps, --hidden_units (of a model whose width follows the
+    data), --eval_every_steps and --selection_metric filled in where unset (from the files
+    alone, so every worker and every restart decide alike), saying why."""
+    sized = (config.hidden_units is None and not config.model_fn
+             and config.model in model_lib.SMALL_DATA_HIDDEN_UNITS)
     if config.train_steps is None or sized:
         with naming_bad_records(storage, splits.train_files, schema):
             # The model's width needs to know only whether the data is small.

@@ -37,7 +37,7 @@ class Progress:
         steps, seconds = step - self.step, max(now - self.last_time, 1e-9)
         self.rate = steps / max(train_seconds or seconds, 1e-9)
         self.step, self.last_time = step, now
-        if self.since and step > self.since[0]:
+        if self.since:
             steps, seconds = step - self.since[0], now - self.since[1]
         else:
             self.since = (step, now)
