@@ -93,11 +93,11 @@ def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
 
 
 def test_ple_mlp_width_follows_the_number_of_training_records():
-    small, why = model_lib.default_hidden_units("ple_mlp", 4_999)
+    small, why = model_lib.default_hidden_units("ple_mlp", 2_999)
     assert small == (64, 32)
-    assert why == ("--model=ple_mlp on 4,999 training records, fewer than 5,000; from "
-                   "5,000: 256,256,256")
-    assert model_lib.default_hidden_units("ple_mlp", 5_000)[0] == (256, 256, 256)
+    assert why == ("--model=ple_mlp on 2,999 training records, fewer than 3,000; from "
+                   "3,000: 256,256,256")
+    assert model_lib.default_hidden_units("ple_mlp", 3_000)[0] == (256, 256, 256)
 
 
 def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri,
@@ -108,7 +108,7 @@ def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store,
     with caplog.at_level(logging.INFO):
         result = job.run(config, tf.distribute.get_strategy())
     assert ("hidden layers 64,32 (--model=ple_mlp on 512 training records, fewer than "
-            "5,000" in caplog.text)
+            "3,000" in caplog.text)
     assert [layer.units for layer in result.model.layers
             if layer.name.startswith("hidden_")] == [64, 32]
     assert store.read_json(config.model_dir + "/config.json")["hidden_units"] == [64, 32]

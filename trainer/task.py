@@ -61,11 +61,11 @@ flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate (ple_mlp: the firs
                    "decayed on a cosine to 0 over the run).")
 flags.DEFINE_enum("model", "ple_mlp", list(config_lib.MODELS), "The built-in model: "
                   "ple_mlp (robust scaling and piecewise-linear encodings of numbers; "
-                  "64,32 ReLU layers below 5,000 training records, 256,256,256 from there; "
+                  "64,32 ReLU layers below 3,000 training records, 256,256,256 from there; "
                   "AdamW with beta2 0.95 and a cosine schedule) or mlp (standardised "
                   "numbers, 64,32 ReLU layers, Adam).")
 flags.DEFINE_string("hidden_units", None, "Sizes of the hidden layers, e.g. 256,128; unset: "
-                    "the --model's (ple_mlp: 64,32 below 5,000 training records, else "
+                    "the --model's (ple_mlp: 64,32 below 3,000 training records, else "
                     "256,256,256; mlp: 64,32).")
 flags.DEFINE_integer("steps_per_loop", 100, "Steps per compiled inner loop (one log line).")
 flags.DEFINE_integer("eval_every_steps", None, "Evaluate every N steps (and at the end); "
