@@ -114,10 +114,46 @@ def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store,
     assert store.read_json(config.model_dir + "/config.json")["hidden_units"] == [64, 32]
 
 
-def test_bad_quantiles_in_a_schema_file_are_named():
+def test_few_distinct_values_are_kept_and_any_function_of_them_can_be_fitted():
+    """An id-like number (200 distinct values, 20 records each) keeps its values in the
+    schema, and its
+    encoding over them gives each value its own code: a linear layer can then fit any
+    function of the id, which 16 quantile bins cannot (a tree splits on each value)."""
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(np.arange(4000) % 200).astype(float)
+    records = []
+    for i, (id_, x) in enumerate(zip(ids, rng.lognormal(0, 2, 4000))):
+        example = tf.train.Example()
+        example.features.feature["id"].int64_list.value.append(int(id_))
+        example.features.feature["x"].float_list.value.append(x)
+        example.features.feature["y"].int64_list.value.append(i % 2)
+        records.append((f"record {i}", example.SerializeToString()))
+    schema = schema_lib.infer(records, "y", "binary")
+    id_feature, x_feature = schema.features
+    assert id_feature.values == tuple(float(v) for v in range(200))
+    assert x_feature.values == ()  # 4,000 distinct values: quantiles only
+    # In 1,000 records the ids are seen 5 times each on average, fewer than 10: too few
+    # to learn a value each.
+    assert schema_lib.infer(records[:1000], "y", "binary").features[0].values == ()
+    again = schema_lib.from_json(schema.to_json(), "s.json", "y", "binary")
+    assert again.features[0].values == id_feature.values  # schema.json keeps them
+
+    def fit_residual(layer):
+        codes = layer(tf.constant(np.arange(200, dtype=np.float32)[:, None])).numpy()
+        design = np.hstack([codes, np.ones((200, 1))])
+        target = np.random.default_rng(1).normal(size=200)
+        solution = np.linalg.lstsq(design, target, rcond=None)[0]
+        return float(np.max(np.abs(design @ solution - target)))
+
+    assert fit_residual(model_lib.RobustPLE(id_feature.quantiles, id_feature.values)) < 1e-3
+    assert fit_residual(model_lib.RobustPLE(id_feature.quantiles)) > 0.5
+
+
+@pytest.mark.parametrize("key", ["quantiles", "values"])
+def test_bad_quantiles_or_values_in_a_schema_file_are_named(key):
     bad = {"label": {"name": "y", "dtype": "int", "classes": [0, 1]},
-           "features": [{"name": "x", "dtype": "float", "quantiles": [3, 1]}]}
-    with pytest.raises(schema_lib.SchemaError, match="feature 'x': quantiles"):
+           "features": [{"name": "x", "dtype": "float", key: [3, 1]}]}
+    with pytest.raises(schema_lib.SchemaError, match=f"feature 'x': {key}"):
         schema_lib.from_json(bad, "s.json", "y", "binary")
 
 

@@ -80,22 +80,25 @@ class BagMean(keras.layers.Layer):
 
 class RobustPLE(keras.layers.Layer):
     """A numeric feature ([batch, 1]) as its robustly scaled, smoothly clipped value and
-    its piecewise-linear encoding (PLE) over the sample's quantile bins.
+    its piecewise-linear encoding (PLE) over the sample's quantile bins, or, given the
+    sample's distinct `values` (a feature with few of them), over those.
 
     Robust scaling: (x - median) / IQR, then x / sqrt(1 + (x / 3)^2), which leaves small
     values alone and squashes outliers (RealMLP, Holzmueller et al. 2024). PLE: one
-    number per bin between consecutive distinct quantiles, 0 below the bin, 1 above it,
-    linear inside (Gorishniy et al. 2022), so a linear layer after it is any monotone
-    piecewise-linear function of x, whatever the feature's scale or tail.
+    number per bin between consecutive distinct edges, 0 below the bin, 1 above it,
+    linear inside (Gorishniy et al. 2022), so a linear layer after it is any continuous
+    piecewise-linear function of x with knots at the edges, whatever the feature's scale
+    or tail; with the values as edges, any function of the values seen.
     """
 
-    def __init__(self, quantiles, **kwargs):
+    def __init__(self, quantiles, values=(), **kwargs):
         super().__init__(**kwargs)
         self.quantiles = [float(q) for q in quantiles]
+        self.values = [float(v) for v in values]
         q, n = self.quantiles, len(self.quantiles) - 1
         scale = q[3 * n // 4] - q[n // 4] or (q[-1] - q[0]) / 2 or 1.0
         self.center, self.scale = q[n // 2], scale
-        edges = sorted(set(q))
+        edges = sorted(set(self.values or q))
         self.lower = [float(e) for e in edges[:-1]]
         self.width = [float(b - a) for a, b in zip(edges[:-1], edges[1:])]
 
@@ -110,7 +113,7 @@ class RobustPLE(keras.layers.Layer):
         return keras.ops.concatenate([z, bins], axis=1)
 
     def get_config(self):
-        return {**super().get_config(), "quantiles": self.quantiles}
+        return {**super().get_config(), "quantiles": self.quantiles, "values": self.values}
 
 
 def preprocess(inputs: dict, schema: schema_lib.Schema,
@@ -130,7 +133,7 @@ def preprocess(inputs: dict, schema: schema_lib.Schema,
             parts.append(VarLenSummary(f.mean, f.std, name=f"{name}_summary")(x))
             continue
         if f.kind == "numeric" and numeric == "ple" and f.quantiles:
-            parts.append(RobustPLE(f.quantiles, name=f"{name}_ple")(x))
+            parts.append(RobustPLE(f.quantiles, f.values, name=f"{name}_ple")(x))
             continue
         if f.kind == "numeric":
             # Per-value lists, not scalars: Keras 3.4 (in Vertex's TF 2.17 images) fails
