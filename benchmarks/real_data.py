@@ -316,7 +316,7 @@ def _geomean(values) -> float:
 
 def main(argv):
     del argv
-    rows = []
+    rows, failed = [], []
     for name, (task, x, y) in (held_out() if FLAGS.held_out else datasets()).items():
         if FLAGS.datasets and name not in FLAGS.datasets:
             continue
@@ -331,8 +331,16 @@ def main(argv):
                  **{f"boosting {k}": v for k, v in boost.items()}})
             others[f"{library} seconds"] = result["seconds"]
         for extra in FLAGS.variant:
-            runs = [trainer_metrics(name, task, train, evaluation, extra, seed)
-                    for seed in FLAGS.seeds]
+            try:
+                runs = [trainer_metrics(name, task, train, evaluation, extra, seed)
+                        for seed in FLAGS.seeds]
+            except RuntimeError as e:
+                # One job's failure (weather_origin's unseen class) must not cost the
+                # table of the others: said, and left out of it.
+                failed.append(f"{name} {extra or 'defaults'}: "
+                              f"{str(e).strip().splitlines()[-1]}")
+                print(f"failed: {failed[-1]}", flush=True)
+                continue
             ours = {key: float(np.median([r[key] for r in runs])) for key in KEYS[task]}
             row = {"dataset": name, "task": task, "rows": len(y), "flags": extra or "defaults"}
             for key in KEYS[task]:
@@ -346,8 +354,11 @@ def main(argv):
             rows.append(row)
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row.items()), flush=True)
-    print(markdown(rows))
-    print("\n".join(summary(rows)))
+    if rows:
+        print(markdown(rows))
+        print("\n".join(summary(rows)))
+    for line in failed:
+        print(f"failed: {line}")
     os.makedirs(os.path.dirname(FLAGS.output), exist_ok=True)
     with open(FLAGS.output, "w") as f:
         json.dump(rows, f, indent=2)
