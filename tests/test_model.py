@@ -116,9 +116,9 @@ def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store,
 
 def test_few_distinct_values_are_kept_and_any_function_of_them_can_be_fitted():
     """An id-like number (200 distinct values, 20 records each) keeps its values in the
-    schema, and its
-    encoding over them gives each value its own code: a linear layer can then fit any
-    function of the id, which 16 quantile bins cannot (a tree splits on each value)."""
+    schema, and its encoding over them gives each value its own code: a linear layer can
+    then fit any function of the id, which 16 quantile bins cannot (a tree splits on each
+    value)."""
     rng = np.random.default_rng(0)
     ids = rng.permutation(np.arange(4000) % 200).astype(float)
     records = []

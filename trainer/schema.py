@@ -64,7 +64,8 @@ class Feature:
     # Numeric features of one value: QUANTILES evenly spaced quantiles of the sample, from
     # its minimum to its maximum (robust scaling and piecewise-linear encodings use them).
     quantiles: tuple = ()
-    # ... and, when the sample has at most EXACT_VALUES distinct ones, those values.
+    # ... and, with at most EXACT_VALUES distinct ones in the sample, each seen
+    # EXACT_VALUE_RECORDS times on average, those values (used only beside quantiles).
     values: tuple = ()
 
     def pad_value(self) -> Any:
