@@ -115,23 +115,29 @@ def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store,
 
 
 def test_few_distinct_values_are_kept_and_any_function_of_them_can_be_fitted():
-    """An id-like number (200 distinct values, 20 records each) keeps its values in the
-    schema, and its encoding over them gives each value its own code: a linear layer can
-    then fit any function of the id, which 16 quantile bins cannot (a tree splits on each
-    value)."""
+    """An id-like number (200 distinct values, 20 records each) on which the label
+    depends keeps its values in the schema, and its encoding over them gives each value
+    its own code: a linear layer can then fit any function of the id, which 16 quantile
+    bins cannot (a tree splits on each value). The same number beside an unrelated label
+    keeps quantiles only (which of the two it is: tests/test_exact_values.py)."""
     rng = np.random.default_rng(0)
     ids = rng.permutation(np.arange(4000) % 200).astype(float)
-    records = []
+    favourite = rng.integers(0, 2, 200)  # each id mostly one class
+    records, unrelated = [], []
     for i, (id_, x) in enumerate(zip(ids, rng.lognormal(0, 2, 4000))):
         example = tf.train.Example()
         example.features.feature["id"].int64_list.value.append(int(id_))
         example.features.feature["x"].float_list.value.append(x)
         example.features.feature["y"].int64_list.value.append(i % 2)
+        unrelated.append((f"record {i}", example.SerializeToString()))
+        example.features.feature["y"].int64_list.value[0] = int(
+            favourite[int(id_)] if rng.uniform() < 0.8 else 1 - favourite[int(id_)])
         records.append((f"record {i}", example.SerializeToString()))
     schema = schema_lib.infer(records, "y", "binary")
     id_feature, x_feature = schema.features
     assert id_feature.values == tuple(float(v) for v in range(200))
     assert x_feature.values == ()  # 4,000 distinct values: quantiles only
+    assert schema_lib.infer(unrelated, "y", "binary").features[0].values == ()
     # In 1,000 records the ids are seen 5 times each on average, fewer than 10: too few
     # to learn a value each.
     assert schema_lib.infer(records[:1000], "y", "binary").features[0].values == ()

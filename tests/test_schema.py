@@ -119,3 +119,22 @@ def test_variable_length_features_are_inferred():
     assert tags["varlen"] is True and "default" not in tags
     again = schema_lib.from_json(written, "s.json", "label", "binary")
     assert again.to_json() == written
+
+
+@pytest.mark.parametrize("task,name", [("regression", None), ("multiclass", "abc")])
+def test_the_label_decides_which_numbers_keep_their_values(task, name):
+    """An id the label depends on keeps its values whatever the label's type (numbers,
+    string classes); a record without a label takes no part."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    level = rng.integers(0, 3, 100)
+    examples = []
+    for i in range(2000):
+        id_ = i % 100
+        label = float(level[id_]) + rng.normal(scale=0.3) if name is None else \
+            name[level[id_]]
+        examples.append(example(id=id_, noise=int(rng.integers(0, 100)), y=label))
+    examples.append(example(id=5, noise=5))  # no label
+    f = {feat.name: feat for feat in schema_lib.infer(records(*examples), "y", task).features}
+    assert f["id"].values == tuple(float(v) for v in range(100))
+    assert f["noise"].values == ()

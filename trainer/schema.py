@@ -23,6 +23,8 @@ from typing import Any, Iterable
 import numpy as np
 import tensorflow as tf
 
+from trainer import exact_values
+
 DTYPES = {"float": tf.float32, "int": tf.int64, "string": tf.string}
 KINDS = ("numeric", "categorical")
 # Stands for "value absent" in categorical features; it gets its own vocabulary slot,
@@ -35,10 +37,11 @@ MAX_CLASSES = 1000
 # Quantiles kept of a numeric feature: the edges of 16 bins of equal sample mass.
 QUANTILES = 17
 # A numeric feature with at most EXACT_VALUES distinct values in the sample, each seen
-# EXACT_VALUE_RECORDS times on average, keeps them: its piecewise-linear encoding gets a
-# bin between each two (an id, a price list or a count, which a tree splits on exactly,
-# is then any function of the value, not 16 bins of it). The average keeps continuous
-# features of small samples (diabetes: 318 records, 163 values of bmi) on quantiles.
+# EXACT_VALUE_RECORDS times on average, keeps them when the label says they are worth it
+# (exact_values): its piecewise-linear encoding gets a bin between each two (an id, a
+# price list or a count, which a tree splits on exactly, is then any function of the
+# value, not 16 bins of it). The average keeps continuous features of small samples
+# (diabetes: 318 records, 163 values of bmi) on quantiles.
 EXACT_VALUES = 256
 EXACT_VALUE_RECORDS = 10
 
@@ -65,7 +68,8 @@ class Feature:
     # its minimum to its maximum (robust scaling and piecewise-linear encodings use them).
     quantiles: tuple = ()
     # ... and, with at most EXACT_VALUES distinct ones in the sample, each seen
-    # EXACT_VALUE_RECORDS times on average, those values (used only beside quantiles).
+    # EXACT_VALUE_RECORDS times on average, those values when the label's mean per value
+    # predicts it better than quantile bins do (used only beside quantiles).
     values: tuple = ()
 
     def pad_value(self) -> Any:
@@ -260,8 +264,9 @@ class _Stats:
         self.total_sq = 0.0
         self.values = collections.Counter()
         self.numbers: list[float] = []  # of one-value numeric features, for quantiles
+        self.records: list[int] = []  # which sampled record each of `numbers` is from
 
-    def add(self, kind: str, values: list, where: str, name: str) -> None:
+    def add(self, kind: str, values: list, where: str, name: str, record: int) -> None:
         if self.kind is None:
             self.kind, self.size = kind, len(values)
         elif kind != self.kind:
@@ -282,6 +287,7 @@ class _Stats:
             self.total_sq += v * v
         if len(values) == 1:
             self.numbers.append(float(values[0]))
+            self.records.append(record)
         if kind == "int64_list" and len(self.values) <= MAX_CLASSES:
             self.values.update(values)
 
@@ -290,9 +296,10 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
           weight: str | None = None) -> Schema:
     """Infers a schema from serialized `tf.train.Example`s.
 
-    Numeric features get mean and standard deviation for normalisation; string features
-    become categorical with their most frequent values as vocabulary; int features are
-    numeric (give a schema to make them categorical).
+    Numeric features get mean and standard deviation for normalisation, quantiles, and
+    their values when few and the label says they are worth it (exact_values); string
+    features become categorical with their most frequent values as vocabulary; int
+    features are numeric (give a schema to make them categorical).
 
     Args:
       records: (where, serialized Example) pairs; `where` names the record in errors.
@@ -304,6 +311,7 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
       SchemaError: naming the record and feature at fault.
     """
     stats: dict[str, _Stats] = collections.defaultdict(_Stats)
+    labels: dict[int, Any] = {}  # sampled record -> its label's (first) value
     seen = 0
     for where, serialized in records:
         try:
@@ -316,7 +324,9 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
             values = list(getattr(feature, kind).value) if kind else []
             if not values:
                 continue  # an empty list means missing, same as an absent key
-            stats[name].add(kind, values, where, name)
+            stats[name].add(kind, values, where, name, seen - 1)
+            if name == label:
+                labels[seen - 1] = values[0]
     if not seen:
         raise SchemaError("no records to infer the schema from")
     if label not in stats:
@@ -325,6 +335,7 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
 
     label_stats = stats.pop(label)
     label_spec = _infer_label(label, label_stats, task)
+    targets = _targets(labels, label_spec, seen)
     weight_spec = None
     if weight:
         if weight not in stats:
@@ -351,18 +362,36 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
             std = math.sqrt(var) if var > 1e-12 else 1.0
             one_value = s.size == 1 and not s.varlen
             distinct = np.unique(s.numbers) if one_value else ()
+            values = ()
+            if one_value and len(distinct) <= min(EXACT_VALUES,
+                                                  len(s.numbers) / EXACT_VALUE_RECORDS):
+                numbers, rows = np.asarray(s.numbers), np.asarray(s.records)
+                labelled = ~np.isnan(targets[rows])
+                if exact_values.worth_keeping(numbers[labelled], targets[rows[labelled]],
+                                              len(label_spec.classes), QUANTILES):
+                    values = tuple(float(v) for v in distinct)
             features.append(Feature(
                 name=name, dtype="int" if s.kind == "int64_list" else "float",
                 kind="numeric", size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
                 mean=mean, std=std, varlen=s.varlen,
                 quantiles=tuple(float(q) for q in np.quantile(
                     s.numbers, np.linspace(0, 1, QUANTILES))) if one_value else (),
-                values=tuple(float(v) for v in distinct)
-                if len(distinct) <= min(EXACT_VALUES, len(s.numbers) / EXACT_VALUE_RECORDS)
-                else ()))
+                values=values))
     if not features:
         raise SchemaError(f"the sampled records have no features besides the label {label!r}")
     return Schema(label=label_spec, features=tuple(features), weight=weight_spec)
+
+
+def _targets(labels: dict[int, Any], label: Label, records: int) -> np.ndarray:
+    """[records]: each sampled record's label as exact_values takes it, the standardised
+    number or the class index; NaN for a record without one."""
+    out = np.full(records, np.nan)
+    index = {c: i for i, c in enumerate(label.classes)}
+    for row, value in labels.items():
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        out[row] = index[value] if index else (value - label.mean) / label.std
+    return out
 
 
 def _infer_label(name: str, s: _Stats, task: str) -> Label:
