@@ -163,6 +163,14 @@ def test_bad_quantiles_or_values_in_a_schema_file_are_named(key):
         schema_lib.from_json(bad, "s.json", "y", "binary")
 
 
+def test_values_without_quantiles_in_a_schema_file_are_named():
+    bad = {"label": {"name": "y", "dtype": "int", "classes": [0, 1]},
+           "features": [{"name": "x", "dtype": "float", "values": [1, 2, 3]}]}
+    with pytest.raises(schema_lib.SchemaError,
+                       match="schema s.json: feature 'x': values without quantiles"):
+        schema_lib.from_json(bad, "s.json", "y", "binary")
+
+
 def test_head_outputs_classes_as_in_the_data():
     head = heads.Head("multiclass", ("a", "b", "c"), "string")
     out = head.outputs(tf.constant([[0.0, 5.0, 1.0], [9.0, 0.0, 0.0]]))

@@ -229,6 +229,10 @@ def from_json(obj: Any, source: str, label: str, task: str,
                     isinstance(q, (int, float)) and math.isfinite(q) for q in numbers)
                     and numbers == sorted(numbers)):
                 raise fail(f"feature {name!r}: {key} {numbers!r}, expected ascending numbers")
+        if f.get("values") and not f.get("quantiles"):
+            # ple_mlp scales by the quantiles and would drop the values without a word.
+            raise fail(f"feature {name!r}: values without quantiles; give both, or "
+                       "delete values")
         features.append(Feature(
             name=name, dtype=dtype, kind=kind, size=size, mean=float(f.get("mean", 0.0)),
             std=std if std > 0 else 1.0, vocabulary=tuple(f.get("vocabulary", ())),
