@@ -33,32 +33,55 @@ def worth_keeping(numbers: np.ndarray, labels: np.ndarray, classes: int,
       classes: how many classes; 0 for regression.
       quantiles: how many quantile edges the schema keeps (schema.QUANTILES).
     """
-    targets = (np.eye(classes, dtype=np.float32)[labels.astype(int)] if classes
-               else labels[:, None])
     fold = np.arange(len(numbers)) % FOLDS
     by_value = by_bins = 0.0
     for k in range(FOLDS):
         train, test = fold != k, fold == k
         if not train.any() or not test.any():
             return False
-        x, y = numbers[train], targets[train]
-        overall = y.mean(axis=0)
+        x, y = numbers[train], labels[train]
         values, index = np.unique(x, return_inverse=True)
-        sums = np.zeros((len(values), y.shape[1]))
-        np.add.at(sums, index, y)
         counts = np.bincount(index, minlength=len(values))[:, None]
+        overall = _group_sums(np.zeros(len(y), int), 1, y, classes) / len(y)
+        sums = _group_sums(index, len(values), y, classes)
         means = (sums + PRIOR_RECORDS * overall) / (counts + PRIOR_RECORDS)
         at = np.minimum(np.searchsorted(values, numbers[test]), len(values) - 1)
-        seen = values[at] == numbers[test]
-        guess = np.where(seen[:, None], means[at], overall)
-        by_value += np.sum((targets[test] - guess) ** 2)
+        seen = (values[at] == numbers[test])[:, None]
+        by_value += _squared_error(np.where(seen, means[at], overall), labels[test], classes)
 
         edges = np.unique(np.quantile(x, np.linspace(0, 1, quantiles)))
         design = _ple(x, edges)
         weights = np.linalg.solve(design.T @ design + RIDGE * np.eye(design.shape[1]),
-                                  design.T @ y)
-        by_bins += np.sum((targets[test] - _ple(numbers[test], edges) @ weights) ** 2)
+                                  _weighted_sums(design, y, classes))
+        by_bins += _squared_error(_ple(numbers[test], edges) @ weights, labels[test], classes)
     return bool(by_value < by_bins)
+
+
+def _group_sums(groups: np.ndarray, size: int, labels: np.ndarray,
+                classes: int) -> np.ndarray:
+    """[size, max(classes, 1)]: the labels (one-hot for classes) summed per group."""
+    if classes:
+        return np.bincount(groups * classes + labels.astype(int),
+                           minlength=size * classes).reshape(size, classes).astype(float)
+    return np.bincount(groups, weights=labels, minlength=size)[:, None]
+
+
+def _weighted_sums(design: np.ndarray, labels: np.ndarray, classes: int) -> np.ndarray:
+    """design.T @ targets, [columns, max(classes, 1)], the targets one-hot for classes,
+    without making them (1,000 classes of 10,000 records would be 10M numbers)."""
+    if not classes:
+        return design.T @ labels[:, None]
+    return np.stack([np.bincount(labels.astype(int), weights=column, minlength=classes)
+                     for column in design.T])
+
+
+def _squared_error(guess: np.ndarray, labels: np.ndarray, classes: int) -> float:
+    """The summed squared error of [n, max(classes, 1)] guesses: for classes, against
+    the one-hot labels (|p|^2 - 2 p_label + 1 per record, the Brier score)."""
+    if not classes:
+        return float(np.sum((labels - guess[:, 0]) ** 2))
+    picked = guess[np.arange(len(labels)), labels.astype(int)]
+    return float(np.sum(guess ** 2) - 2 * np.sum(picked) + len(labels))
 
 
 def _ple(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
