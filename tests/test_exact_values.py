@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from trainer import exact_values
+from trainer import model as model_lib
 
 QUANTILES = 17
 
@@ -48,3 +49,14 @@ def test_a_number_unrelated_to_the_label_keeps_quantiles():
 def test_too_few_records_for_the_folds_keep_quantiles():
     assert not exact_values.worth_keeping(np.array([1.0, 2.0]), np.array([0.0, 1.0]), 2,
                                           QUANTILES)
+
+
+def test_its_bins_are_those_of_the_model():
+    """The choice fits the encoding the model will use: RobustPLE's bins, repeated
+    edges (a feature of few values) merged."""
+    quantiles = [0.0, 1.0, 1.0, 2.0, 5.0, 5.0, 9.0]
+    x = np.array([-1.0, 0.0, 0.5, 1.0, 1.5, 3.0, 5.0, 7.0, 9.0, 12.0])
+    ours = exact_values._ple(x, np.unique(quantiles))
+    theirs = model_lib.RobustPLE(quantiles)(x[:, None].astype(np.float32)).numpy()
+    np.testing.assert_allclose(ours[:, 0], 1.0)  # the constant
+    np.testing.assert_allclose(ours[:, 1:], theirs[:, 1:], atol=1e-6)  # after the scaled x

@@ -1,5 +1,6 @@
 """Schema: inference from records, the JSON format, and errors that name the culprit."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -125,7 +126,6 @@ def test_variable_length_features_are_inferred():
 def test_the_label_decides_which_numbers_keep_their_values(task, name):
     """An id the label depends on keeps its values whatever the label's type (numbers,
     string classes); a record without a label takes no part."""
-    import numpy as np
     rng = np.random.default_rng(0)
     level = rng.integers(0, 3, 100)
     examples = []

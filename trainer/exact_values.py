@@ -47,8 +47,8 @@ def worth_keeping(numbers: np.ndarray, labels: np.ndarray, classes: int,
         x, y = numbers[train], labels[train]
         values, index = np.unique(x, return_inverse=True)
         counts = np.bincount(index, minlength=len(values))[:, None]
-        overall = _group_sums(np.zeros(len(y), int), 1, y, classes) / len(y)
         sums = _group_sums(index, len(values), y, classes)
+        overall = sums.sum(axis=0) / len(y)
         means = (sums + PRIOR_RECORDS * overall) / (counts + PRIOR_RECORDS)
         at = np.minimum(np.searchsorted(values, numbers[test]), len(values) - 1)
         seen = (values[at] == numbers[test])[:, None]
