@@ -28,16 +28,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from trainer import config as config_lib  # noqa: E402
-from trainer import heads  # noqa: E402
-from trainer import inputs  # noqa: E402
-from trainer import model as model_lib  # noqa: E402
-from trainer import optimizers  # noqa: E402
-from trainer import records as records_lib  # noqa: E402
+from trainer.data import scan  # noqa: E402
+from trainer.data import inference  # noqa: E402
+from trainer.base import config as config_lib  # noqa: E402
+from trainer.model import heads  # noqa: E402
+from trainer.data import inputs  # noqa: E402
+from trainer.model import tabular as model_lib  # noqa: E402
+from trainer.model import optimizers  # noqa: E402
+from trainer.data import records as records_lib  # noqa: E402
 from trainer import sample_data  # noqa: E402
-from trainer import schema as schema_lib  # noqa: E402
-from trainer import storage as storage_lib  # noqa: E402
-from trainer import training  # noqa: E402
+from trainer.base import storage as storage_lib  # noqa: E402
+from trainer.train import loops as training  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("examples", 200_000, "Examples in the benchmark dataset.")
@@ -475,7 +476,7 @@ def main(argv):
         FLAGS.examples, FLAGS.repeats = 20_000, 1
     storage = storage_lib.Storage()
     files = dataset_files(storage)
-    schema = schema_lib.infer(inputs.sample_records(storage, files, 10_000), "label", "binary")
+    schema = inference.infer(scan.sample_records(storage, files, 10_000), "label", "binary")
     n = FLAGS.examples
     if FLAGS.child_input:  # one machine-readable line for `cores`
         print(json.dumps(input_rates(files, schema, n, FLAGS.repeats)))

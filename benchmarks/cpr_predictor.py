@@ -1,6 +1,6 @@
 """The alternative measured beside trainer.serve: the aiplatform SDK's Custom Prediction
 Routines model server (FastAPI on uvicorn, one process per worker) answering with the
-same decoder, `trainer.bodies`. Used by benchmarks/serving.py --cpr; needs the SDK's
+same decoder, `trainer.serving.bodies`. Used by benchmarks/serving.py --cpr; needs the SDK's
 prediction extra (`pip install -e '.[bench]'`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import tensorflow as tf
 from google.cloud.aiplatform.prediction.predictor import Predictor
 
-from trainer import bodies
+from trainer.serving import bodies
 
 
 class TrainerPredictor(Predictor):

@@ -78,7 +78,7 @@ def row_by_row(table, path: str) -> None:
 def main(argv):
     del argv
     import pyarrow.parquet as pq
-    from trainer import storage as storage_lib
+    from trainer.base import storage as storage_lib
     from trainer.prep import local
     from trainer.prep.options import Options
     tmp = tempfile.mkdtemp(prefix="bench-prepare-")

@@ -18,6 +18,8 @@ benchmarks/results/real_data.json.
 
 from __future__ import annotations
 
+from trainer.base import contracts
+
 import json
 import os
 import subprocess
@@ -155,7 +157,7 @@ def _typed(tables: dict) -> dict:
 def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.ndarray]:
     """The dataset as Parquet with its 80/20 split as a predefined split column, converted
     by `trainer.prepare` (as a user would): returns the train and eval globs and rows."""
-    from trainer import storage as storage_lib
+    from trainer.base import storage as storage_lib
     from trainer.prep import local, splits
     from trainer.prep.options import Options
     order = np.random.default_rng(0).permutation(len(y))
@@ -187,9 +189,9 @@ def trainer_metrics(name: str, task: str, train: str, evaluation: str, extra: st
                           env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})
     if proc.returncode:
         raise RuntimeError(f"{name} {extra}: {proc.stderr[-2000:]}")
-    with open(os.path.join(job, "model", "metrics.json")) as f:
+    with open(os.path.join(job, "model", contracts.METRICS_FILE)) as f:
         metrics = json.load(f)
-    with open(os.path.join(job, "model", "history.json")) as f:
+    with open(os.path.join(job, "model", contracts.HISTORY_FILE)) as f:
         metrics["seconds"] = json.load(f)["seconds"]  # training time, from the job itself
     return metrics
 

@@ -15,6 +15,8 @@ cores with the server: on 2 cores the figures are what one machine does for both
 
 from __future__ import annotations
 
+from trainer.base import contracts
+
 import base64
 import concurrent.futures
 import http.client
@@ -56,7 +58,7 @@ def load(endpoint: str, body: bytes, clients: int, duration_s: float) -> dict:
       requests/s, p50/p99 latency in ms, and the count of answers that were not 200.
     """
     parts = urllib.parse.urlsplit(endpoint)
-    path = parts.path if parts.path not in ("", "/") else "/predict"
+    path = parts.path if parts.path not in ("", "/") else contracts.PREDICT_ROUTE
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -96,7 +98,7 @@ def load(endpoint: str, body: bytes, clients: int, duration_s: float) -> dict:
 def in_process(model, records: list[bytes], duration_s: float, threads: int) -> float:
     """Batches of `records` per second through serving_default, called directly."""
     import tensorflow as tf
-    signature = model.signatures["serving_default"]
+    signature = model.signatures[contracts.SERVING_DEFAULT]
     examples = tf.constant(records)
     signature(examples=examples)  # warm-up
     counts = [0] * threads
@@ -136,7 +138,7 @@ def start_cpr(model_dir: str) -> tuple[subprocess.Popen, str]:
     """The SDK's model server (uvicorn, one worker per core) with TrainerPredictor."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": REPO, "AIP_HTTP_PORT": str(port),
-           "AIP_HEALTH_ROUTE": "/health", "AIP_PREDICT_ROUTE": "/predict",
+           "AIP_HEALTH_ROUTE": contracts.HEALTH_ROUTE, "AIP_PREDICT_ROUTE": contracts.PREDICT_ROUTE,
            "AIP_STORAGE_URI": model_dir,
            "HANDLER_MODULE": "google.cloud.aiplatform.prediction.handler",
            "HANDLER_CLASS": "PredictionHandler",
@@ -157,7 +159,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(endpoint: str, timeout_s: float = 180, health: str = "/health") -> None:
+def wait_ready(endpoint: str, timeout_s: float = 180, health: str = contracts.HEALTH_ROUTE) -> None:
     parts = urllib.parse.urlsplit(endpoint)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

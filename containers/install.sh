@@ -41,8 +41,8 @@ case "${1:-}" in
     # Fails the build if an entry point cannot import (a module missing from the sdist,
     # a dependency missing from the image), without starting TensorFlow's runtime.
     # (Each entry point in its own process: they define flags of the same names.)
-    "$venv/bin/python" -c "import trainer.bootstrap, trainer.task, trainer.job, \
-trainer.bodies, trainer.server, tensorflow as tf; print('trainer image: TensorFlow', \
+    "$venv/bin/python" -c "import trainer.bootstrap, trainer.task, trainer.train.job, \
+trainer.serving.bodies, trainer.serving.server, tensorflow as tf; print('trainer image: TensorFlow', \
 tf.__version__)"
     "$venv/bin/python" -c "import trainer.serve"
     ;;

@@ -18,9 +18,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from trainer import config as config_lib
+from trainer.base import config as config_lib
 from trainer import sample_data
-from trainer import storage as storage_lib
+from trainer.base import storage as storage_lib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf.config.set_logical_device_configuration(
@@ -64,11 +64,10 @@ def store(fake_gcs) -> storage_lib.Storage:
 @pytest.fixture(scope="session")
 def exported(fake_gcs, store) -> dict[str, str]:
     """task -> local path of a small export of that task (trained once per session)."""
-    from trainer import job
     dirs = {}
     for task in TASKS:
         job_dir = f"gs://{BUCKET}/jobs/exported-{task}"
-        job.run(make_config(fake_gcs, job_dir, task), tf.distribute.get_strategy())
+        run_job(make_config(fake_gcs, job_dir, task))
         dirs[task] = store.path(f"{job_dir}/model")
     return dirs
 
@@ -187,12 +186,21 @@ def predict_in_subprocess(model_dir: str, records: list[bytes]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_job(config, strategy: tf.distribute.Strategy | None = None, cluster=None):
+    """Plans the job of `config` and runs it (as trainer.task does), under `strategy`
+    (default: the default strategy)."""
+    from trainer.plan import plan as plan_lib
+    from trainer.train import job
+    strategy = strategy or tf.distribute.get_strategy()
+    return job.run(plan_lib.make_plan(config, strategy.num_replicas_in_sync), strategy, cluster)
+
+
 def linear_model(schema, num_outputs, config):
     """A --model_fn builder: the default preprocessing, then one Dense layer (additive in
     the model's inputs). Tests register it as a module of their own."""
     import keras
 
-    from trainer import model as model_lib
+    from trainer.model import tabular as model_lib
     inputs = model_lib.feature_inputs(schema)
     return keras.Model(inputs, keras.layers.Dense(num_outputs)(
         model_lib.preprocess(inputs, schema)))

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import BUCKET, REPO, TASKS, data_globs, make_config, read_records
+from conftest import BUCKET, REPO, TASKS, data_globs, make_config, read_records, run_job
 from test_predict import predict
-from trainer import job
 
 SERVING_PYTHON = os.environ.get("SERVING_PYTHON")
 TOLERANCE = 1e-5  # max abs difference of predictions and probabilities
@@ -64,7 +63,7 @@ def flatten(answer: dict) -> tuple[list, np.ndarray]:
 def test_tf_2_15_serves_the_export_like_this_tensorflow(fake_gcs, store, serving_python,
                                                         tmp_path, task, model):
     job_dir = f"gs://{BUCKET}/jobs/serving-{task}-{model}"
-    job.run(make_config(fake_gcs, job_dir, task, model=model), tf.distribute.get_strategy())
+    run_job(make_config(fake_gcs, job_dir, task, model=model))
     model_dir = store.path(f"{job_dir}/model")
     model = tf.saved_model.load(model_dir)
     records = read_records(store, data_globs(task)[1], 16)

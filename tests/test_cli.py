@@ -1,4 +1,4 @@
-"""trainer.cli: log lines as Cloud Logging reads them on Vertex AI, errors as one line."""
+"""trainer.base.cli: log lines as Cloud Logging reads them on Vertex AI, errors as one line."""
 
 from __future__ import annotations
 

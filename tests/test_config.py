@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from conftest import run_task
-from trainer import config as config_lib
+from trainer.base import config as config_lib
 
 BASE = dict(train_data="gs://b/train-*", label="y", task="binary", job_dir="gs://b/job")
 

@@ -15,13 +15,12 @@ import pytest
 import tensorflow as tf
 from google.cloud import aiplatform_v1 as v1
 
-from conftest import BUCKET, REPO, make_config, subprocess_env
-from trainer import job
-from trainer import storage as storage_lib
-from vertex import deploy
-from vertex import exports
-from vertex import jobs
-from vertex import models
+from conftest import BUCKET, REPO, make_config, run_job, subprocess_env
+from trainer.base import storage as storage_lib
+from trainer.vertex import deploy
+from trainer.vertex import exports
+from trainer.vertex import jobs
+from trainer.vertex import models
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +29,7 @@ def exported(fake_gcs) -> dict[str, str]:
     dirs = {}
     for task in ("binary", "regression"):
         job_dir = f"gs://{BUCKET}/jobs/deploy-{task}"
-        job.run(make_config(fake_gcs, job_dir, task), tf.distribute.get_strategy())
+        run_job(make_config(fake_gcs, job_dir, task))
         dirs[task] = f"{job_dir}/model"
     return dirs
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from trainer import distribution as d
+from trainer.train import distribution as d
 
 VERTEX_TF_CONFIG = {  # what Vertex sets on worker 1 of a chief + 2 workers job
     "cluster": {"chief": ["cmle-training-workerpool0-ab-0:2222"],

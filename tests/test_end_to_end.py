@@ -22,7 +22,7 @@ def test_local_run_with_gcs_paths_trains_and_exports(fake_gcs, job_uri, store):
     log = proc.stderr
     assert "step 20/40 loss=" in log and "step 40/40 loss=" in log
     assert "examples/s=" in log and "time_left=" in log
-    assert f"selecting the model with the lowest logLoss on {data_globs('multiclass')[1]}" in log
+    assert f"the lowest logLoss on {data_globs('multiclass')[1]}" in log
     assert "validation at step 20:" in log and "final metrics:" in log
     assert "strategy default with 1 replica(s)" in log
     model_dir = f"{job_uri}/model"

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from sklearn import metrics as sk
 
-from trainer import evaluation
+from trainer.base import contracts
 
 
 def predictions(model_dir: str, pattern: str):
@@ -34,7 +34,7 @@ def predictions(model_dir: str, pattern: str):
 def test_classification_evaluation_matches_scikit_learn(exported, fake_gcs, task):
     model_dir = exported[task]
     doc = json.load(open(os.path.join(model_dir, "evaluation.json")))
-    assert doc["metricsSchemaUri"] == evaluation.CLASSIFICATION
+    assert doc["metricsSchemaUri"] == contracts.CLASSIFICATION_SCHEMA
     y, p = predictions(model_dir, os.path.join(fake_gcs, "test-bucket", task, "eval-*"))
     k = p.shape[1]
     m = doc["metrics"]
@@ -73,7 +73,7 @@ def test_classification_evaluation_matches_scikit_learn(exported, fake_gcs, task
 
 def test_regression_evaluation_has_vertex_regression_metrics(exported):
     doc = json.load(open(os.path.join(exported["regression"], "evaluation.json")))
-    assert doc["metricsSchemaUri"] == evaluation.REGRESSION
+    assert doc["metricsSchemaUri"] == contracts.REGRESSION_SCHEMA
     saved = json.load(open(os.path.join(exported["regression"], "metrics.json")))
     assert doc["metrics"]["rootMeanSquaredError"] == saved["rootMeanSquaredError"]
     assert "confidenceMetrics" not in doc["metrics"]

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from trainer import exact_values
-from trainer import model as model_lib
+from trainer.data import exact_values
+from trainer.model import tabular as model_lib
 
 QUANTILES = 17
 

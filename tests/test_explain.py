@@ -1,4 +1,4 @@
-"""Per-prediction attributions (scripts/predict.py --explain, trainer.explain)."""
+"""Per-prediction attributions (scripts/predict.py --explain, trainer.serving.explain)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, linear_model, make_config, read_records, subprocess_env
-from trainer import explain, job
+from conftest import REPO, linear_model, make_config, read_records, run_job, subprocess_env
+from trainer.serving import explain
 
 
 def run_predict(*args: str) -> subprocess.CompletedProcess:
@@ -51,7 +51,7 @@ def test_contributions_add_up_to_the_prediction_minus_the_baseline(exported, fak
 
 
 def read_records_local(fake_gcs: str, task: str, n: int) -> list[bytes]:
-    from trainer import storage as storage_lib
+    from trainer.base import storage as storage_lib
     return read_records(storage_lib.Storage(fake_gcs),
                         f"gs://test-bucket/{task}/eval-*.tfrecord", n)
 
@@ -64,7 +64,7 @@ def test_a_linear_model_gets_its_closed_form(fake_gcs, job_uri, monkeypatch):
     monkeypatch.setitem(sys.modules, "linear_models", module)
     config = make_config(fake_gcs, job_uri, "regression", model_fn="linear_models:linear",
                          train_steps=30)
-    job.run(config, tf.distribute.get_strategy())
+    run_job(config)
     model_dir = os.path.join(fake_gcs, config.model_dir[len("gs://"):])
     model = tf.saved_model.load(model_dir)
     specs = model.signatures["predict"].structured_input_signature[1]

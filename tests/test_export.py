@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import data_globs, make_config, predict_in_subprocess, read_records
-from trainer import export
-from trainer import inputs
-from trainer import job
+from conftest import data_globs, make_config, predict_in_subprocess, read_records, run_job
+from trainer.serving import export
+from trainer.data import inputs
 
 
 @pytest.mark.parametrize("task", ["regression", "binary", "multiclass"])
 def test_reloaded_model_predicts_like_the_trained_one(fake_gcs, job_uri, store, task):
     config = make_config(fake_gcs, job_uri, task=task)
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     records = read_records(store, data_globs(task)[1], 16)
     expected = result.head.outputs(result.model(
         inputs.parse_features(tf.constant(records), result.schema), training=False))
@@ -37,7 +36,7 @@ def test_reloaded_model_predicts_like_the_trained_one(fake_gcs, job_uri, store, 
 
 def test_predict_signature_takes_raw_named_features(fake_gcs, job_uri, store):
     config = make_config(fake_gcs, job_uri, task="multiclass")
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     loaded = tf.saved_model.load(store.path(config.model_dir))
     records = read_records(store, data_globs("multiclass")[1], 8)
     from_examples = loaded.signatures["serving_default"](examples=tf.constant(records))
@@ -53,7 +52,7 @@ def test_predict_signature_takes_raw_named_features(fake_gcs, job_uri, store):
 
 def test_model_dir_holds_a_complete_export_only(fake_gcs, job_uri, store):
     config = make_config(fake_gcs, job_uri, task="binary")
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     assert {"saved_model.pb", "variables", "schema.json", "config.json",
             "metrics.json"} <= set(store.listdir(config.model_dir))
     assert store.read_json(config.model_dir + "/metrics.json") == json.loads(
@@ -65,7 +64,7 @@ def test_model_dir_holds_a_complete_export_only(fake_gcs, job_uri, store):
 
 
 def test_feature_signature_shapes(fake_gcs, job_uri):
-    result = job.run(make_config(fake_gcs, job_uri, train_steps=1),
+    result = run_job(make_config(fake_gcs, job_uri, train_steps=1),
                      tf.distribute.get_strategy())
     sig = export.feature_signature(result.schema)
     assert sig["scores"].shape.as_list() == [None, 3] and sig["age"].shape.as_list() == [None]

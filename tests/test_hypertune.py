@@ -5,8 +5,9 @@ import json
 import pytest
 
 from conftest import make_config
-from trainer import config as config_lib
-from trainer import hypertune
+from trainer.base import contracts
+from trainer.base import config as config_lib
+from trainer.train import hypertune
 
 
 def test_reports_only_in_a_trial(tmp_path):
@@ -49,6 +50,6 @@ def test_metric_must_exist_for_the_task(fake_gcs, job_uri):
 
 
 def test_reported_metrics_are_what_the_tasks_compute():
-    from trainer import metrics
-    for task, names in hypertune.METRICS.items():
+    from trainer.evaluate import metrics
+    for task, names in contracts.TASK_METRICS.items():
         assert set(names) == set(metrics.REPORTED[task]) - {"examples"}

@@ -10,9 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorflow as tf
 
-from trainer import config as config_lib
-from trainer import importance, inputs, job
-from trainer import storage as storage_lib
+from conftest import run_job
+from trainer.data import scan
+from trainer.base import config as config_lib
+from trainer.evaluate import importance
+from trainer.base import storage as storage_lib
 from trainer.prep import local, splits
 from trainer.prep.options import Options
 
@@ -32,7 +34,7 @@ def test_planted_features_rank_strong_weak_useless(tmp_path):
         env={}, train_data=f"{data}/train-*", validation_data=f"{data}/validation-*", label="y",
         task="regression", job_dir=str(tmp_path / "job"), train_steps=600, batch_size=64,
         hidden_units="32,16", seed=3)
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     found = json.load(open(os.path.join(config.model_dir, "feature_importance.json")))
     ranked = [row["name"] for row in found["features"]]
     assert ranked.index("strong") < ranked.index("weak") < ranked.index("useless"), found
@@ -41,7 +43,7 @@ def test_planted_features_rank_strong_weak_useless(tmp_path):
     assert abs(by_name["useless"]) < 0.1 * by_name["weak"]
     assert found["data"] == f"{data}/validation-*" and found["records"] > 500
     # Deterministic: the same model and data give the same figures.
-    records = [r for _, r in inputs.sample_records(storage_lib.Storage(),
+    records = [r for _, r in scan.sample_records(storage_lib.Storage(),
                                                    [f for f in tf.io.gfile.glob(
                                                        f"{data}/validation-*")], 2000)]
     again = importance.permutation_importance(result.model, result.head, result.schema,

@@ -6,9 +6,11 @@ import tensorflow as tf
 
 from conftest import data_globs
 from test_schema import example
-from trainer import inputs
-from trainer import records
-from trainer import schema as schema_lib
+from trainer.data import scan
+from trainer.data import inference
+from trainer.data import inputs
+from trainer.data import records
+from trainer.data import schema as schema_lib
 
 
 def write(store, uri, serialized):
@@ -21,7 +23,7 @@ def write(store, uri, serialized):
 
 def infer(store, glob, task):
     files = store.glob(glob)
-    return files, schema_lib.infer(inputs.sample_records(store, files, 1000), "label", task)
+    return files, inference.infer(scan.sample_records(store, files, 1000), "label", task)
 
 
 def test_missing_features_get_schema_defaults(store):
@@ -189,31 +191,21 @@ def test_sorted_files_mix_like_a_full_shuffle(store, cache, window, worst):
         assert error <= worst * shuffled, (error, shuffled)
 
 
-@pytest.mark.parametrize("policy, size, expected", [
-    ("auto", 10 * 1024 ** 2, "memory"), ("auto", 3 * 1024 ** 3, "stream"),
-    ("memory", 3 * 1024 ** 3, "memory"), ("off", 1024, "stream")])
-def test_cache_choice_is_logged_with_its_reason(policy, size, expected):
-    mode, why = records.choose_cache(policy, size)
-    assert mode == expected
-    assert "the training files total" in why
-    assert why.startswith("auto:" if policy == "auto" else f"--cache={policy}")
-
-
 def test_bad_record_is_found_and_named(store):
     files, schema = infer(store, data_globs("binary")[0], "binary")
     good = [r.numpy() for r in tf.data.TFRecordDataset(store.path(files[0]))]
     bad = write(store, "gs://test-bucket/bad/part-1.tfrecord",
                 good * 2 + [example(age=1.0)] + good)  # no label, in the second batch of 256
-    message = inputs.find_bad_record(store, [files[0], bad], schema)
+    message = scan.find_bad_record(store, [files[0], bad], schema)
     assert message == ("gs://test-bucket/bad/part-1.tfrecord record 256: "
                        "Feature: label (data type: int64) is required but could not be found.")
     wrong_type = write(store, "gs://test-bucket/bad/part-2.tfrecord",
                        [example(age="old", label=1)])
-    assert "age" in inputs.find_bad_record(store, [wrong_type], schema)
-    assert inputs.find_bad_record(store, files, schema) is None
+    assert "age" in scan.find_bad_record(store, [wrong_type], schema)
+    assert scan.find_bad_record(store, files, schema) is None
     # A bounded check (what start-up does) stops before the bad record.
-    assert inputs.find_bad_record(store, [bad], schema, limit=256) is None
-    assert inputs.find_bad_record(store, [bad], schema, limit=257) == message
+    assert scan.find_bad_record(store, [bad], schema, limit=256) is None
+    assert scan.find_bad_record(store, [bad], schema, limit=257) == message
 
 
 def test_corrupt_file_is_named(store):
@@ -224,7 +216,7 @@ def test_corrupt_file_is_named(store):
     with pytest.raises(inputs.DataError, match=(
             r"cannot read gs://test-bucket/bad/corrupt.tfrecord: "
             r"corrupted record at \d+$")):
-        list(inputs.sample_records(store, [files[1], "gs://test-bucket/bad/corrupt.tfrecord"],
+        list(scan.sample_records(store, [files[1], "gs://test-bucket/bad/corrupt.tfrecord"],
                                    10_000))
 
 
@@ -239,16 +231,6 @@ def test_nothing_readable_is_an_error_not_an_endless_stream(store, cache):
                             batch_size=4, training=True, cache=cache, skip_corrupt=True)
 
 
-@pytest.mark.parametrize("batch_size, expected", [(4, 1280), (32, 1000)])
-def test_default_train_steps_are_ten_epochs_and_at_least_a_thousand(store, batch_size,
-                                                                    expected):
-    files = store.glob(data_globs("binary")[0])  # 512 records in 4 files
-    steps, why = records.steps_for(
-        records.count([store.path(f) for f in files], skip_corrupt=False), batch_size)
-    assert steps == expected  # 10 * 512 / 4 = 1280; 10 * 512 / 32 = 160, raised to 1000
-    assert "10 epochs of 512 training records" in why
-
-
 def test_count_with_a_limit_stops_reading_once_it_is_reached(store):
     paths = [store.path(f) for f in store.glob(data_globs("binary")[0])]  # 512 records
     assert records.count(paths, skip_corrupt=False, limit=10_000) == 512
@@ -256,14 +238,3 @@ def test_count_with_a_limit_stops_reading_once_it_is_reached(store):
     assert 100 <= records.count(paths, skip_corrupt=False, limit=100) < 512
 
 
-def test_default_train_steps_are_capped_on_large_data():
-    """10M records at batch 64: 10 epochs would be 1,562,500 steps; the default stops at
-    MAX_DEFAULT_STEPS and says so. Just under the cap, 10 epochs stand."""
-    steps, why = records.steps_for(10_000_000, 64)
-    assert steps == records.MAX_DEFAULT_STEPS == 500_000
-    assert why == ("--train_steps unset: 10 epochs of 10,000,000 training records at "
-                   "--batch_size=64 would be 1,562,500; capped at 500,000 (3.2 epochs) so "
-                   "that a default job's length stays bounded; set --train_steps to train "
-                   "longer")
-    assert records.steps_for(3_200_000, 64)[0] == 500_000
-    assert records.steps_for(3_100_000, 64)[0] == 484_375

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import linear_model, make_config
-from trainer import config as config_lib
-from trainer import heads
-from trainer import job
-from trainer import model as model_lib
-from trainer import schema as schema_lib
+from conftest import linear_model, make_config, run_job
+from trainer.data import inference
+from trainer.base import config as config_lib
+from trainer.model import heads
+from trainer.model import tabular as model_lib
+from trainer.data import schema as schema_lib
 
 SCHEMA = schema_lib.Schema(
     label=schema_lib.Label("label", "string", ("a", "b", "c")),
@@ -79,7 +79,7 @@ def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
         example.features.feature["x"].float_list.value.append(v)
         example.features.feature["y"].int64_list.value.append(i % 2)
         records.append((f"record {i}", example.SerializeToString()))
-    schema = schema_lib.infer(records, "y", "binary")
+    schema = inference.infer(records, "y", "binary")
     (x,) = schema.features
     np.testing.assert_allclose(x.quantiles, np.quantile(values.astype(np.float32),
                                                         np.linspace(0, 1, 17)), rtol=1e-6)
@@ -92,23 +92,15 @@ def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
     assert any(isinstance(layer, model_lib.RobustPLE) for layer in model.layers)
 
 
-def test_ple_mlp_width_follows_the_number_of_training_records():
-    small, why = model_lib.default_hidden_units("ple_mlp", 2_999)
-    assert small == (64, 32)
-    assert why == ("--model=ple_mlp on 2,999 training records, fewer than 3,000; from "
-                   "3,000: 256,256,256")
-    assert model_lib.default_hidden_units("ple_mlp", 3_000)[0] == (256, 256, 256)
-
-
 def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri,
                                                                 caplog):
     """The tiny dataset has 512 records: ple_mlp gets 64,32, in the log and config.json."""
     config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units=None,
                          train_steps=2)
     with caplog.at_level(logging.INFO):
-        result = job.run(config, tf.distribute.get_strategy())
-    assert ("hidden layers 64,32 (--model=ple_mlp on 512 training records, fewer than "
-            "3,000" in caplog.text)
+        result = run_job(config)
+    assert ("64,32 (--model=ple_mlp on 512 training records, fewer than 3,000"
+            in caplog.text)
     assert [layer.units for layer in result.model.layers
             if layer.name.startswith("hidden_")] == [64, 32]
     assert store.read_json(config.model_dir + "/config.json")["hidden_units"] == [64, 32]
@@ -133,14 +125,14 @@ def test_few_distinct_values_are_kept_and_any_function_of_them_can_be_fitted():
         example.features.feature["y"].int64_list.value[0] = int(
             favourite[int(id_)] if rng.uniform() < 0.8 else 1 - favourite[int(id_)])
         records.append((f"record {i}", example.SerializeToString()))
-    schema = schema_lib.infer(records, "y", "binary")
+    schema = inference.infer(records, "y", "binary")
     id_feature, x_feature = schema.features
     assert id_feature.values == tuple(float(v) for v in range(200))
     assert x_feature.values == ()  # 4,000 distinct values: quantiles only
-    assert schema_lib.infer(unrelated, "y", "binary").features[0].values == ()
+    assert inference.infer(unrelated, "y", "binary").features[0].values == ()
     # In 1,000 records the ids are seen 5 times each on average, fewer than 10: too few
     # to learn a value each.
-    assert schema_lib.infer(records[:1000], "y", "binary").features[0].values == ()
+    assert inference.infer(records[:1000], "y", "binary").features[0].values == ()
     again = schema_lib.from_json(schema.to_json(), "s.json", "y", "binary")
     assert again.features[0].values == id_feature.values  # schema.json keeps them
 
@@ -193,8 +185,8 @@ def test_custom_model_fn_is_loaded_by_name(fake_gcs, job_uri, monkeypatch):
 
 @pytest.mark.parametrize("spec, fragment", [
     ("no_such_module:f", "--model_fn='no_such_module:f': cannot load it"),
-    ("trainer.model:no_such_fn", "--model_fn='trainer.model:no_such_fn': cannot load it"),
-    ("trainer.model:ONE_HOT_MAX", "is not a function"),
+    ("trainer.model.tabular:no_such_fn", "--model_fn='trainer.model.tabular:no_such_fn': cannot load it"),
+    ("trainer.model.tabular:ONE_HOT_MAX", "is not a function"),
 ])
 def test_bad_model_fn_is_named(spec, fragment):
     with pytest.raises(model_lib.ModelFnError) as e:

@@ -1,4 +1,4 @@
-"""trainer.optimizers: the all-at-once update gives Keras' own update's weights, exactly,
+"""trainer.model.optimizers: the all-at-once update gives Keras' own update's weights, exactly,
 under one device and under two mirrored replicas."""
 
 import keras
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer import optimizers
+from trainer.model import optimizers
 
 
 class KerasAdam(optimizers._Summed, keras.optimizers.Adam):

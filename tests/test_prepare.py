@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, subprocess_env
-from trainer import schema as schema_lib
-from trainer import storage as storage_lib
+from trainer.data import inference
+from trainer.base import storage as storage_lib
 from trainer.prep import beam as beam_lib
 from trainer.prep import bigquery as bigquery_lib
 from trainer.prep import local, splits
@@ -177,7 +177,7 @@ def test_trainer_schema_agrees_with_prepare_json(tmp_path):
     out, report = prepare(tmp_path, input=str(tmp_path / "t.parquet"), label="y")
     records = [(f, r.numpy()) for f in glob.glob(f"{out}/*.tfrecord")
                for r in tf.data.TFRecordDataset(f)]
-    inferred = schema_lib.infer(records, label="y", task="binary")
+    inferred = inference.infer(records, label="y", task="binary")
     said = {c["name"]: c for c in report["columns"]}
     for f in inferred.features:
         assert f.dtype == said[f.name]["dtype"], f.name

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer import schema as schema_lib
+from trainer.data import inference
+from trainer.data import schema as schema_lib
 from trainer.sample_data import _feature
 
 
@@ -21,7 +22,7 @@ def records(*examples):
 
 
 def test_infers_types_statistics_and_vocabulary():
-    schema = schema_lib.infer(records(
+    schema = inference.infer(records(
         example(x=1.0, n=2, v=[1.0, 2.0], c="a", label=1),
         example(x=3.0, n=4, v=[3.0, 4.0], c="b", label=0),
         example(n=6, v=[5.0, 6.0], c="a", label=1),  # x missing
@@ -38,13 +39,13 @@ def test_infers_types_statistics_and_vocabulary():
 
 
 def test_string_classes_for_multiclass():
-    schema = schema_lib.infer(records(example(x=1.0, label="hi"), example(x=2.0, label="lo"),
+    schema = inference.infer(records(example(x=1.0, label="hi"), example(x=2.0, label="lo"),
                                       example(x=3.0, label="mid")), "label", "multiclass")
     assert schema.label.classes == ("hi", "lo", "mid")
 
 
 def test_json_round_trip():
-    schema = schema_lib.infer(records(example(x=1.5, c="a", label=2.5),
+    schema = inference.infer(records(example(x=1.5, c="a", label=2.5),
                                       example(x=0.5, c="b", label=1.0)), "label", "regression")
     again = schema_lib.from_json(schema.to_json(), "s.json", "label", "regression")
     assert again.to_json() == schema.to_json()
@@ -67,13 +68,13 @@ def test_json_round_trip():
 ])
 def test_inference_errors_name_record_and_feature(examples, label, task, fragment):
     with pytest.raises(schema_lib.SchemaError) as e:
-        schema_lib.infer(records(*examples), label, task)
+        inference.infer(records(*examples), label, task)
     assert fragment in str(e.value)
 
 
 def test_garbage_record_is_named():
     with pytest.raises(schema_lib.SchemaError, match="f.tfrecord record 0: not a serialized"):
-        schema_lib.infer([("f.tfrecord record 0", b"\xff\xff garbage")], "label", "binary")
+        inference.infer([("f.tfrecord record 0", b"\xff\xff garbage")], "label", "binary")
 
 
 BINARY = {"name": "label", "dtype": "int", "classes": [0, 1]}
@@ -102,7 +103,7 @@ def test_bad_schema_file_is_named(obj, fragment):
 def test_variable_length_features_are_inferred():
     """Lists whose length varies (an empty one meaning missing) become variable-length
     features, kept up to the longest sampled list."""
-    schema = schema_lib.infer(records(
+    schema = inference.infer(records(
         example(tags=["a", "b"], readings=[1.0, 2.0, 3.0], n=[1, 2], label=1),
         example(tags=["b"], readings=[5.0], n=[3, 4], label=0),
         example(tags=[], readings=[], label=1),
@@ -135,6 +136,6 @@ def test_the_label_decides_which_numbers_keep_their_values(task, name):
             name[level[id_]]
         examples.append(example(id=id_, noise=int(rng.integers(0, 100)), y=label))
     examples.append(example(id=5, noise=5))  # no label
-    f = {feat.name: feat for feat in schema_lib.infer(records(*examples), "y", task).features}
+    f = {feat.name: feat for feat in inference.infer(records(*examples), "y", task).features}
     assert f["id"].values == tuple(float(v) for v in range(100))
     assert f["noise"].values == ()

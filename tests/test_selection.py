@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import data_globs, make_config, read_records
-from trainer import job
-from trainer import selection as selection_lib
+from conftest import data_globs, make_config, read_records, run_job
+from trainer.train import selection as selection_lib
 
 
 def small_model() -> keras.Model:
@@ -46,14 +45,6 @@ def test_higher_is_better_for_scores_and_nothing_finite_selects_nothing():
     assert chosen.selected_step == 3 and not chosen.stopped  # patience 0: never stops
 
 
-def test_default_metric_and_evaluation_interval():
-    assert selection_lib.default_metric("regression") == "rootMeanSquaredError"
-    assert selection_lib.default_metric("binary") == "logLoss"
-    assert selection_lib.eval_every(1000, 100)[0] == 100  # 20 evaluations, whole loops
-    assert selection_lib.eval_every(20_000, 100)[0] == 1000
-    assert selection_lib.eval_every(600, 20)[0] == 40
-
-
 def exported_figures(store, model_dir: str) -> dict:
     """The exported model's accuracy, precision and recall on the eval records, computed
     here from the SavedModel's predictions. (Not log loss: at these rates probabilities
@@ -83,7 +74,7 @@ def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, 
     # A learning rate far too high: validation loss moves up and down between evaluations.
     config = make_config(fake_gcs, job_uri, train_steps=80, eval_every_steps=10,
                          learning_rate=0.3)
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
     history = store.read_json(f"{job_uri}/model/history.json")["eval"]
     assert [e["step"] for e in history] == list(range(10, 81, 10))
@@ -107,7 +98,7 @@ def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, st
     config = make_config(fake_gcs, job_uri, train_steps=400, eval_every_steps=10,
                          checkpoint_every_steps=10, learning_rate=0.3,
                          early_stopping_patience=2)
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     # The checkpoint of the step it stopped at holds the stop: a restart does not train on.
     assert tf.train.latest_checkpoint(store.path(config.checkpoint_dir)).endswith(
         f"ckpt-{result.step}")
@@ -115,7 +106,7 @@ def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, st
     selected = result.metrics["selection"]
     assert selected["stoppedEarly"] and result.step < 400
     assert history[-1] == result.step == selected["step"] + 20  # 2 evaluations after
-    again = job.run(config, tf.distribute.get_strategy())
+    again = run_job(config)
     assert again.metrics == result.metrics
     assert "already finished" in caplog.text
 
@@ -124,7 +115,7 @@ def test_test_data_is_evaluated_once_on_the_selected_model(fake_gcs, job_uri, st
     train, validation = data_globs("binary")
     config = make_config(fake_gcs, job_uri, train_steps=40, eval_every_steps=10,
                          learning_rate=0.3, validation_data=None, test_data=validation)
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
     assert metrics["data"]["metrics"] == "test" and metrics["data"]["test"] == validation
     assert "0.1 of the records of" in metrics["data"]["validation"]
@@ -141,7 +132,7 @@ def test_test_data_is_evaluated_once_on_the_selected_model(fake_gcs, job_uri, st
 
 def test_no_validation_exports_the_last_model(fake_gcs, job_uri, store):
     config = make_config(fake_gcs, job_uri, validation_data=None, holdout_fraction=0)
-    result = job.run(config, tf.distribute.get_strategy())
+    result = run_job(config)
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
     assert "selection" not in metrics and "validation" not in metrics
     assert metrics["step"] == result.step == 20 and math.isfinite(metrics["train_loss"])

@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 
 from conftest import data_globs, make_config, read_records
-from trainer import records
-from trainer import splits
+from trainer.data import records
+from trainer.data import splits
 
 
 def random_records(n: int, seed: int = 0) -> list[bytes]:

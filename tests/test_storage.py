@@ -5,7 +5,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from trainer import storage as storage_lib
+from trainer.base import storage as storage_lib
 
 
 @pytest.fixture

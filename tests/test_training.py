@@ -7,16 +7,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import make_config
-from trainer import job
-from trainer import progress
+from conftest import make_config, run_job
+from trainer.train import progress
 
 def train(fake_gcs, job_uri, strategy, **overrides):
     """Returns the model's weights and the optimizer's moments after training, and the
     Result. Adam's step barely depends on the gradients' scale, its moments do: comparing
     them catches gradients summed over replicas twice, or not at all."""
     config = make_config(fake_gcs, job_uri, **overrides)
-    result = job.run(config, strategy)
+    result = run_job(config, strategy)
     optimizer_state = [v.numpy() for v in result.optimizer.variables
                        if "momentum" in v.path or "velocity" in v.path]
     assert optimizer_state

@@ -20,9 +20,9 @@ from google.cloud import aiplatform_v1 as v1
 from google.cloud import storage as gcs
 
 from conftest import REPO, free_ports, subprocess_env
-from trainer import bootstrap
-from vertex import checks, images, jobs, staging
-from vertex import submit as submit_lib
+from trainer.base import contracts
+from trainer.vertex import checks, images, jobs, staging
+from trainer.vertex import submit as submit_lib
 
 CPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=False)
 GPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=True)
@@ -64,7 +64,7 @@ def test_one_gpu_job_field_by_field():
     assert not container.command  # the image's entry point: install the package, train
     assert list(container.args) == list(BASE["trainer_args"])
     assert [(e.name, e.value) for e in container.env] == [
-        (bootstrap.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
+        (contracts.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
     assert not pool.python_package_spec.python_module
     assert js.base_output_directory.output_uri_prefix == "gs://out/run-1"
     assert js.service_account == "sa@proj.iam.gserviceaccount.com"
@@ -358,7 +358,7 @@ def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
     # No image flag: the package's own image, named after --project and --region.
     assert chief.image_uri == f"europe-west4-docker.pkg.dev/proj/trainer/train-{gpu}:latest"
     assert [(e.name, e.value) for e in chief.env] == [
-        (bootstrap.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
+        (contracts.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
     assert list(chief.args) == ["--train_data=gs://data/train-*", "--label=y", "--task=binary"]
     assert json.loads(proc.stdout)["jobSpec"]["baseOutputDirectory"] == {
         "outputUriPrefix": "gs://out/run-1"}

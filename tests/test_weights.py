@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import data_globs, make_config
 from test_inputs import write
 from test_schema import example
 from test_training import max_abs_diff, train
-from trainer import heads
-from trainer import inputs
-from trainer import job
-from trainer import metrics
-from trainer import optimizers
-from trainer import schema as schema_lib
-from trainer import training
+from trainer.data import scan
+from trainer.data import inference
+from trainer.model import heads
+from trainer.data import inputs
+from trainer.evaluate import metrics
+from trainer.model import optimizers
+from trainer.data import schema as schema_lib
+from trainer.train import loops as training
 
 SCHEMA = schema_lib.Schema(
     label=schema_lib.Label("label", "int", (0, 1)),
@@ -81,18 +81,18 @@ def test_missing_weight_is_one_and_negative_is_named(store):
     assert weights.numpy().tolist() == [3.0, 1.0]
     bad = write(store, "gs://test-bucket/weights/bad.tfrecord",
                 [example(x=1.0, c="a", label=1, w=-1.0)])
-    assert "weight 'w' has a negative value" in inputs.find_bad_record(store, [bad], SCHEMA)
+    assert "weight 'w' has a negative value" in scan.find_bad_record(store, [bad], SCHEMA)
 
 
 def test_weight_is_inferred_apart_and_is_no_model_input():
     records = [(f"r{i}", example(x=float(i), w=i % 3, label=i % 2)) for i in range(20)]
-    schema = schema_lib.infer(records, "label", "binary", weight="w")
+    schema = inference.infer(records, "label", "binary", weight="w")
     assert schema.weight == schema_lib.Weight("w", "int")
     assert [f.name for f in schema.features] == ["x"]
     again = schema_lib.from_json(schema.to_json(), "s.json", "label", "binary", "w")
     assert again.to_json() == schema.to_json() and again.weight == schema.weight
     with pytest.raises(schema_lib.SchemaError, match="weight 'wt' is not a feature"):
-        schema_lib.infer(records, "label", "binary", weight="wt")
+        inference.infer(records, "label", "binary", weight="wt")
 
 
 def test_weighted_job_one_replica_equals_two(fake_gcs, job_uri, store, mirrored_two_cpus):

@@ -14,10 +14,10 @@ import subprocess
 import sys
 import tempfile
 
-from trainer import cli
-from trainer import storage as storage_lib
+from trainer.base import contracts
+from trainer.base import cli
+from trainer.base import storage as storage_lib
 
-PACKAGE_ENV = "TRAINER_PACKAGE_URI"
 
 
 def fake_gcs_root(args: list[str]) -> str | None:
@@ -50,12 +50,12 @@ def install(uri: str, storage: storage_lib.Storage) -> None:
 
 
 def main(args: list[str]) -> int:
-    uri = os.environ.get(PACKAGE_ENV)
+    uri = os.environ.get(contracts.PACKAGE_ENV)
     if uri:
         try:
             install(uri, storage_lib.Storage(fake_gcs_root(args)))
         except (storage_lib.StorageError, RuntimeError) as e:
-            return cli.fail(f"${PACKAGE_ENV}: {e}")
+            return cli.fail(f"${contracts.PACKAGE_ENV}: {e}")
         cli.say(f"installed the staged package {uri}")
     # A new process imports the package just installed, not the one loaded here.
     os.execv(sys.executable, [sys.executable, "-m", "trainer.task", *args])

@@ -17,10 +17,10 @@ import logging
 from absl import app, flags
 from absl import logging as absl_logging
 
-from trainer import storage as storage_lib
-from trainer import cli
-from trainer.cli import fail as _fail
-from trainer.cli import parse_flags
+from trainer.base import storage as storage_lib
+from trainer.base import cli
+from trainer.base.cli import fail as _fail
+from trainer.base.cli import parse_flags
 from trainer.prep.errors import PrepareError
 
 F = flags.FLAGS
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     cli.use_format(F.log_format)
     absl_logging.set_verbosity(absl_logging.INFO)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    from trainer.quiet import quiet_stderr
+    from trainer.base.quiet import quiet_stderr
     with quiet_stderr():  # TensorFlow's C++ start-up lines say nothing about the data
         import tensorflow  # noqa: F401
     try:

@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl import app
 from absl import flags
 
-from trainer import storage as storage_lib
+from trainer.base import storage as storage_lib
 
 COLORS = ("red", "green", "blue", "yellow", "black", "white")
 CITIES = tuple(f"city_{i:02d}" for i in range(40))

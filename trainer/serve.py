@@ -17,10 +17,11 @@ import sys
 from absl import app
 from absl import flags
 
-from trainer import server as server_lib
-from trainer.cli import fail as _fail
-from trainer.cli import parse_flags
-from trainer import storage as storage_lib
+from trainer.base import contracts
+from trainer.serving import server as server_lib
+from trainer.base.cli import fail as _fail
+from trainer.base.cli import parse_flags
+from trainer.base import storage as storage_lib
 
 # TensorFlow's C++ start-up lines are not for a server's log; warnings still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -28,11 +29,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 F = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Export folder (saved_model.pb at its root), local "
                     "or gs://. Default: $AIP_STORAGE_URI.")
-flags.DEFINE_integer("port", None, "Port. Default: $AIP_HTTP_PORT, else 8080.")
+flags.DEFINE_integer("port", None, f"Port. Default: $AIP_HTTP_PORT, else {contracts.HTTP_PORT}.")
 flags.DEFINE_string("host", None, "Address to listen on. Default: 0.0.0.0 on Vertex "
                     "(AIP_HTTP_PORT set), else 127.0.0.1.")
-flags.DEFINE_string("health_route", None, "Default: $AIP_HEALTH_ROUTE, else /health.")
-flags.DEFINE_string("predict_route", None, "Default: $AIP_PREDICT_ROUTE, else /predict.")
+flags.DEFINE_string("health_route", None, f"Default: $AIP_HEALTH_ROUTE, else {contracts.HEALTH_ROUTE}.")
+flags.DEFINE_string("predict_route", None, f"Default: $AIP_PREDICT_ROUTE, else {contracts.PREDICT_ROUTE}.")
 flags.DEFINE_integer("max_body_bytes", server_lib.MAX_BODY_BYTES, "Larger bodies get 413 "
                      "(Vertex's own limit on shared public endpoints is 1.5 MB).")
 # Defaults chosen by benchmarks/serving.py on 2 cores (README, "Serve locally"): one
@@ -58,15 +59,15 @@ def make_config(env: dict) -> server_lib.ServerConfig:
         raise ValueError("--model_dir is required (or $AIP_STORAGE_URI, which Vertex sets)")
     path = storage_lib.Storage(F.fake_gcs_root).path(model_dir)
     if not storage_lib.is_gcs(path) and not os.path.isfile(os.path.join(path,
-                                                                         "saved_model.pb")):
+                                                                         contracts.SAVED_MODEL)):
         raise ValueError(f"--model_dir={model_dir}: no saved_model.pb in {path}")
-    port = F.port if F.port is not None else env.get("AIP_HTTP_PORT", str(server_lib.PORT))
+    port = F.port if F.port is not None else env.get("AIP_HTTP_PORT", str(contracts.HTTP_PORT))
     if not str(port).isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"port {port!r} (--port or $AIP_HTTP_PORT): expected 0-65535")
     routes = {}
-    for name, var, default in (("health_route", "AIP_HEALTH_ROUTE", server_lib.HEALTH_ROUTE),
+    for name, var, default in (("health_route", "AIP_HEALTH_ROUTE", contracts.HEALTH_ROUTE),
                                ("predict_route", "AIP_PREDICT_ROUTE",
-                                server_lib.PREDICT_ROUTE)):
+                                contracts.PREDICT_ROUTE)):
         routes[name] = F[name].value or env.get(var) or default
         if not routes[name].startswith("/"):
             raise ValueError(f"--{name}={routes[name]!r} (or ${var}): expected a path "

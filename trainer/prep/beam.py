@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from trainer import storage as storage_lib
+from trainer.base import storage as storage_lib
 from trainer.prep import convert as convert_lib
 from trainer.prep import prepared as prepared_lib
 from trainer.prep import splits as splits_lib
@@ -81,7 +81,7 @@ def run(options: Options, storage: storage_lib.Storage, beam_options: dict,
                          indent=2, default=str))
         return None
     from apache_beam.options.pipeline_options import PipelineOptions
-    with prepared_lib.staged(options, storage) as tmp:
+    with storage.publishing(options.output.rstrip('/')) as tmp:
         with beam.Pipeline(options=PipelineOptions.from_dictionary(beam_options)) as p:
             build(p, prepared, storage, tmp)
         counts = _counts(p)

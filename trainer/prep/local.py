@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from trainer import storage as storage_lib
+from trainer.base import storage as storage_lib
 from trainer.prep import convert as convert_lib
 from trainer.prep import prepared as prepared_lib
 from trainer.prep import shards as shards_lib
@@ -23,7 +23,7 @@ def run(options: Options, storage: storage_lib.Storage) -> dict:
     start = time.time()
     prepared = prepared_lib.prepare(options, storage)
     source, plan = prepared.source, prepared.plan
-    with prepared_lib.staged(options, storage) as tmp:
+    with storage.publishing(options.output.rstrip('/')) as tmp:
         cuts = None
         if plan.split.needs_pass:
             # A first pass for the cut points: only each row's split inputs are kept.

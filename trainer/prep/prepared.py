@@ -3,14 +3,13 @@ its columns from the first batch, size the shards; then say what was written."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import uuid
 
 import numpy as np
 from absl import logging
 
-from trainer import storage as storage_lib
+from trainer.base import contracts
+from trainer.base import storage as storage_lib
 from trainer.prep import convert as convert_lib
 from trainer.prep import shards as shards_lib
 from trainer.prep import sources as sources_lib
@@ -92,23 +91,12 @@ def report(prepared: Prepared, rows: list, dropped: int, files: list,
     }
 
 
-@contextlib.contextmanager
-def staged(options: Options, storage: storage_lib.Storage):
-    """A sibling folder of the output to write into; removed if the run fails."""
-    tmp = f"{options.output.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        yield tmp
-    except BaseException:
-        storage.remove_tree(tmp)
-        raise
-
-
 def publish(prepared: Prepared, storage: storage_lib.Storage, tmp: str, rows: list,
             dropped: int, files: list, seconds: float) -> dict:
-    """Writes prepare.json into `tmp` and moves `tmp` into place as the output."""
+    """Writes prepare.json into `tmp`, the output being published
+    (`Storage.publishing`)."""
     out = report(prepared, rows, dropped, files, seconds)
-    storage.write_json(storage_lib.join(tmp, "prepare.json"), out)
-    storage.replace_dir(tmp, prepared.options.output)
+    storage.write_json(storage_lib.join(tmp, contracts.PREPARE_FILE), out)
     logging.info("prepared %s", summary(out))
     return out
 

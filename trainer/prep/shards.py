@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from trainer import storage as storage_lib
+from trainer.base import storage as storage_lib
 
 TARGET_BYTES = 128 << 20  # per file: large enough to read at full speed from Cloud Storage
 # ...but a split of some size gets at least this many files, so the trainer's parallel

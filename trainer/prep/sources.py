@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from trainer import storage as storage_lib
+from trainer.base import storage as storage_lib
 from trainer.prep.errors import PrepareError
 
 BATCH_ROWS = 65_536

@@ -1,0 +1,14 @@
+"""The model: task heads (heads: logits to loss and predictions), the built-in models and
+the `--model_fn` contract (tabular), and the optimizers the step expects (optimizers).
+
+A custom model builder reuses `feature_inputs` and `preprocess` from here:
+
+    from trainer import model
+    inputs = model.feature_inputs(schema); x = model.preprocess(inputs, schema)
+
+Imports: trainer.base, trainer.data.
+"""
+
+from trainer.model.tabular import feature_inputs, preprocess, tabular_model
+
+__all__ = ["feature_inputs", "preprocess", "tabular_model"]

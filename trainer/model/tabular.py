@@ -1,0 +1,216 @@
+"""The default tabular model, and how a user's own model builder is plugged in.
+
+A model builder is any function `(schema, num_outputs, config) -> keras.Model` whose model
+takes a dict of raw feature tensors (as `inputs.parse_features` yields them) and returns
+`num_outputs` logits per example. Preprocessing (normalisation, vocabulary lookups) lives
+inside the model, so the exported model serves raw features. `--model_fn=module:function`
+selects a builder; `feature_inputs` and `preprocess` are the building blocks to reuse.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from typing import Callable
+
+import keras
+
+from trainer.base import config as config_lib
+from trainer.data import schema as schema_lib
+
+ModelFn = Callable[..., keras.Model]
+
+
+class ModelFnError(ValueError):
+    """A --model_fn that cannot be loaded or builds the wrong model; the message names it."""
+
+# Categoricals with at most this many slots are one-hot encoded, larger ones embedded.
+ONE_HOT_MAX = 16
+
+
+def feature_inputs(schema: schema_lib.Schema) -> dict[str, keras.KerasTensor]:
+    """One `keras.Input` per feature, shaped [batch, size] with the parsed dtype."""
+    return {f.name: keras.Input(shape=(f.size,), dtype=f.parsed_dtype, name=layer_name(f.name))
+            for f in schema.features}
+
+
+def layer_name(feature: str) -> str:
+    """A Keras name for a feature's layers: feature names may hold any character (e.g.
+    'od280/od315' in scikit-learn's wine data), Keras names may not hold '/'."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", feature)
+
+
+class VarLenSummary(keras.layers.Layer):
+    """A variable-length numeric feature ([batch, size], NaN after its values) as four
+    numbers: the mean, min and max of its standardised values (0 when it has none) and
+    log(1 + how many values it has)."""
+
+    def __init__(self, mean: float, std: float, **kwargs):
+        super().__init__(**kwargs)
+        self.mean, self.std = mean, std
+
+    def call(self, x):
+        present = keras.ops.logical_not(keras.ops.isnan(x))
+        z = (keras.ops.where(present, x, self.mean) - self.mean) / self.std
+        count = keras.ops.sum(keras.ops.cast(present, "float32"), axis=1, keepdims=True)
+        any_value = count > 0
+        big = 3.0e38
+        mean = keras.ops.sum(keras.ops.where(present, z, 0.0), axis=1, keepdims=True) / \
+            keras.ops.maximum(count, 1.0)
+        low = keras.ops.min(keras.ops.where(present, z, big), axis=1, keepdims=True)
+        high = keras.ops.max(keras.ops.where(present, z, -big), axis=1, keepdims=True)
+        return keras.ops.concatenate([
+            mean, keras.ops.where(any_value, low, 0.0), keras.ops.where(any_value, high, 0.0),
+            keras.ops.log1p(count)], axis=1)
+
+
+class BagMean(keras.layers.Layer):
+    """The mean embedding of a bag of ids ([batch, size, dim]), leaving out `pad_id`;
+    zeros for an empty bag."""
+
+    def __init__(self, pad_id: int, **kwargs):
+        super().__init__(**kwargs)
+        self.pad_id = pad_id
+
+    def call(self, ids, embedded):
+        keep = keras.ops.cast(keras.ops.not_equal(ids, self.pad_id), embedded.dtype)
+        total = keras.ops.sum(embedded * keep[:, :, None], axis=1)
+        return total / keras.ops.maximum(keras.ops.sum(keep, axis=1, keepdims=True), 1.0)
+
+
+class RobustPLE(keras.layers.Layer):
+    """A numeric feature ([batch, 1]) as its robustly scaled, smoothly clipped value and
+    its piecewise-linear encoding (PLE) over the sample's quantile bins, or, given the
+    sample's distinct `values` (a feature with few of them), over those.
+
+    Robust scaling: (x - median) / IQR, then x / sqrt(1 + (x / 3)^2), which leaves small
+    values alone and squashes outliers (RealMLP, Holzmueller et al. 2024). PLE: one
+    number per bin between consecutive distinct edges, 0 below the bin, 1 above it,
+    linear inside (Gorishniy et al. 2022), so a linear layer after it is any continuous
+    piecewise-linear function of x with knots at the edges, whatever the feature's scale
+    or tail; with the values as edges, any function of the values seen.
+    """
+
+    def __init__(self, quantiles, values=(), **kwargs):
+        super().__init__(**kwargs)
+        self.quantiles = [float(q) for q in quantiles]
+        self.values = [float(v) for v in values]
+        q, n = self.quantiles, len(self.quantiles) - 1
+        scale = q[3 * n // 4] - q[n // 4] or (q[-1] - q[0]) / 2 or 1.0
+        self.center, self.scale = q[n // 2], scale
+        edges = sorted(set(self.values or q))
+        self.lower = [float(e) for e in edges[:-1]]
+        self.width = [float(b - a) for a, b in zip(edges[:-1], edges[1:])]
+
+    def call(self, x):
+        x = keras.ops.cast(x, "float32")
+        z = (x - self.center) / self.scale
+        z = z / keras.ops.sqrt(1.0 + keras.ops.square(z / 3.0))
+        if not self.width:
+            return z
+        bins = keras.ops.clip((x - keras.ops.convert_to_tensor(self.lower)) /
+                              keras.ops.convert_to_tensor(self.width), 0.0, 1.0)
+        return keras.ops.concatenate([z, bins], axis=1)
+
+    def get_config(self):
+        return {**super().get_config(), "quantiles": self.quantiles, "values": self.values}
+
+
+def preprocess(inputs: dict, schema: schema_lib.Schema,
+               numeric: str = "standard") -> keras.KerasTensor:
+    """Turns raw features into one float vector per example.
+
+    Numeric features are standardised with the schema's mean and std (`numeric` =
+    'standard'), or, with 'ple' and the schema's quantiles, encoded by `RobustPLE`; categorical ones
+    are looked up in their vocabulary (slot 0: unseen values, slot 1: missing) and
+    one-hot encoded or embedded. Variable-length features: numbers are summarised
+    (`VarLenSummary`), categoricals become a bag (multi-hot, or the mean embedding).
+    """
+    parts = []
+    for f in schema.features:
+        x, name = inputs[f.name], layer_name(f.name)
+        if f.kind == "numeric" and f.varlen:
+            parts.append(VarLenSummary(f.mean, f.std, name=f"{name}_summary")(x))
+            continue
+        if f.kind == "numeric" and numeric == "ple" and f.quantiles:
+            parts.append(RobustPLE(f.quantiles, f.values, name=f"{name}_ple")(x))
+            continue
+        if f.kind == "numeric":
+            # Per-value lists, not scalars: Keras 3.4 (in Vertex's TF 2.17 images) fails
+            # on scalar statistics.
+            x = keras.layers.Normalization(mean=[f.mean] * f.size,
+                                           variance=[f.std ** 2] * f.size,
+                                           name=f"{name}_norm")(keras.ops.cast(x, "float32"))
+            parts.append(x)
+            continue
+        vocabulary = [f.default_value()] + [v for v in f.vocabulary if v != f.default_value()]
+        if f.dtype == "string":
+            lookup = keras.layers.StringLookup(vocabulary=vocabulary, name=f"{name}_lookup")
+        else:
+            # The OOV token must not be a vocabulary entry (Keras' default, -1, is our
+            # missing value), or lookups silently shift.
+            lookup = keras.layers.IntegerLookup(
+                vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=f"{name}_lookup")
+        ids = lookup(x)
+        slots = len(vocabulary) + 1
+        if slots <= ONE_HOT_MAX:
+            encoded = keras.layers.CategoryEncoding(
+                num_tokens=slots, output_mode="one_hot" if f.size == 1 else "multi_hot",
+                name=f"{name}_onehot")(ids)
+        else:
+            dim = min(32, max(4, round(4 * math.sqrt(math.sqrt(slots)))))
+            embedded = keras.layers.Embedding(slots, dim, name=f"{name}_embedding")(ids)
+            # Padding looks up as the missing token, slot 1 (after the OOV slot 0).
+            encoded = (BagMean(1, name=f"{name}_bag")(ids, embedded) if f.varlen else
+                       keras.layers.Flatten(name=f"{name}_flat")(embedded))
+        parts.append(encoded)
+    return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+
+
+def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
+    """The built-in builders: preprocessing, then ReLU layers (`config.hidden_units`,
+    else HIDDEN_UNITS of `config.model`). 'mlp' standardises numbers; 'ple_mlp' encodes
+    them with `RobustPLE` and is wider."""
+    inputs = feature_inputs(schema)
+    x = preprocess(inputs, schema, numeric="ple" if config.model == "ple_mlp" else "standard")
+    for i, units in enumerate(config.hidden_units or config_lib.HIDDEN_UNITS[config.model]):
+        x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
+    logits = keras.layers.Dense(num_outputs, name="logits")(x)
+    return keras.Model(inputs=inputs, outputs=logits, name="tabular")
+
+
+def load_model_fn(spec: str | None) -> ModelFn:
+    """Returns the builder named 'package.module:function', or the default one.
+
+    Raises:
+      ModelFnError: if the module or function cannot be found, naming `spec`.
+    """
+    if not spec:
+        return tabular_model
+    module_name, _, fn_name = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), fn_name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ModelFnError(f"--model_fn={spec!r}: cannot load it ({e}); "
+                         "expected 'package.module:function'") from None
+    if not callable(fn):
+        raise ModelFnError(f"--model_fn={spec!r} is not a function")
+    return fn
+
+
+def check_outputs(model: keras.Model, num_outputs: int, source: str) -> None:
+    """Fails early, with the builder's name, when a model's outputs have the wrong shape."""
+    shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else None
+    if shape is None or len(shape) != 2 or shape[-1] != num_outputs:
+        raise ModelFnError(f"model from {source} returns shape {shape}; "
+                         f"expected (batch, {num_outputs}) logits")
+
+
+def build(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
+    """Builds the model with the configured builder. Call inside `strategy.scope()`."""
+    fn = load_model_fn(config.model_fn)
+    model = fn(schema, num_outputs, config)
+    check_outputs(model, num_outputs, config.model_fn or "tabular_model")
+    return model
+

@@ -1,0 +1,95 @@
+"""The rules that fill in what the user left unset, each returning its value and why.
+
+Each is a function of the flags and of the files alone (never of a clock, a worker's
+index or randomness), so every worker of a job, and the job restarted after a crash,
+decide alike. The deciding figures are in docs/decisions.md. Standard library only:
+the flags' help texts quote these constants before TensorFlow starts.
+"""
+
+from __future__ import annotations
+
+from trainer.base import config as config_lib
+from trainer.base import contracts
+from trainer.base import storage as storage_lib
+
+# An unset --train_steps trains this many epochs, and at least MIN_DEFAULT_STEPS steps.
+# On nine public datasets (docs/decisions.md), a fixed 1,000 steps left the largest
+# undertrained (diamonds, 43k training rows: 1.5 epochs, MAE 1.39x gradient boosting's;
+# 5 epochs 1.33x, 10 epochs 1.08x, 20 epochs 1.09x), while more steps over the small
+# ones only fit noise (diabetes, 3,000 steps: 1.39x against 1.21x).
+DEFAULT_EPOCHS = 10
+MIN_DEFAULT_STEPS = 1000
+# A default job's length is bounded whatever the data's size: 10 epochs of 10M records at
+# batch 64 would be 1.56M steps; 500,000 steps are 32M examples (3.2 epochs of 10M), about
+# 4 minutes of the default model's steps on this project's 2-core machine (2,270 steps/s
+# at batch 64; `--model=ple_mlp`: 890 steps/s, 9.4 minutes).
+MAX_DEFAULT_STEPS = 500_000
+# Evaluations per run when --eval_every_steps is unset: often enough to catch the best
+# model (RealMLP selects the best of every epoch; the default run is 10 epochs), rarely
+# enough that evaluation stays a small part of the run.
+EVALUATIONS = 20
+# auto caches when the training files total at most this. A parsed record takes less
+# memory than its serialized form (no feature names); loading briefly holds two copies.
+MEMORY_BUDGET_BYTES = 2 * 1024 ** 3
+# Models whose width follows the data: fewer training records than SMALL_DATA_RECORDS
+# get SMALL_DATA_HIDDEN_UNITS, the rest the model's own (config.HIDDEN_UNITS). Held-out
+# computers (4,506 records) lost at 64,32 (1.136x HGB's error against 1.009x), cracker
+# (2,370) and digits (1,294) preferred it: the threshold lies between (docs/decisions.md).
+SMALL_DATA_HIDDEN_UNITS = {"ple_mlp": (64, 32)}
+SMALL_DATA_RECORDS = 3_000
+
+
+def train_steps(n: int, batch_size: int) -> tuple[int, str]:
+    """DEFAULT_EPOCHS epochs of `n` records, within [MIN_DEFAULT_STEPS, MAX_DEFAULT_STEPS],
+    and why."""
+    steps = -(-DEFAULT_EPOCHS * n // batch_size)
+    why = (f"--train_steps unset: {DEFAULT_EPOCHS} epochs of {n:,} training records at "
+           f"--batch_size={batch_size}")
+    if steps > MAX_DEFAULT_STEPS:
+        return MAX_DEFAULT_STEPS, (
+            f"{why} would be {steps:,}; capped at {MAX_DEFAULT_STEPS:,} "
+            f"({MAX_DEFAULT_STEPS * batch_size / n:.1f} epochs) so that a default job's "
+            "length stays bounded; set --train_steps to train longer")
+    return max(MIN_DEFAULT_STEPS, steps), f"{why}, and at least {MIN_DEFAULT_STEPS:,}"
+
+
+def hidden_units(model: str, n: int) -> tuple[tuple[int, ...], str]:
+    """The hidden layers of `model` (one of SMALL_DATA_HIDDEN_UNITS) without
+    --hidden_units, on `n` training records (counted up to SMALL_DATA_RECORDS), and
+    why."""
+    units = config_lib.HIDDEN_UNITS[model]
+    if n < SMALL_DATA_RECORDS:
+        return SMALL_DATA_HIDDEN_UNITS[model], (
+            f"--model={model} on {n:,} training records, fewer than "
+            f"{SMALL_DATA_RECORDS:,}; from {SMALL_DATA_RECORDS:,}: "
+            f"{','.join(map(str, units))}")
+    return units, f"--model={model} on {SMALL_DATA_RECORDS:,} training records or more"
+
+
+def eval_every(train_steps: int, steps_per_loop: int) -> tuple[int, str]:
+    """The default evaluation interval, and why: EVALUATIONS per run, rounded up to
+    whole inner loops."""
+    every = -(-train_steps // EVALUATIONS)
+    every = -(-every // steps_per_loop) * steps_per_loop
+    return every, (f"--eval_every_steps unset: {EVALUATIONS} evaluations over "
+                   f"{train_steps:,} steps, in whole loops of --steps_per_loop={steps_per_loop}")
+
+
+def selection_metric(task: str) -> tuple[str, str]:
+    """The task's proper loss (log loss, or RMSE for regression), and why."""
+    metric = contracts.PROPER_LOSS[task]
+    return metric, f"--selection_metric unset: the proper loss of --task={task}"
+
+
+def cache(policy: str, file_bytes: int) -> tuple[str, str]:
+    """Where training records come from, 'memory' or 'stream' (trainer.data.records),
+    and why. Depends on the files alone: the order of records depends on it."""
+    size = f"the training files total {storage_lib.human_bytes(file_bytes)}"
+    if policy == "memory":
+        return "memory", f"--cache=memory; {size}"
+    if policy == "off":
+        return "stream", f"--cache=off; {size}"
+    budget = storage_lib.human_bytes(MEMORY_BUDGET_BYTES)
+    if file_bytes <= MEMORY_BUDGET_BYTES:
+        return "memory", f"auto: {size}, within the {budget} budget"
+    return "stream", f"auto: {size}, over the {budget} budget"

@@ -1,0 +1,114 @@
+"""Evaluation during and after training: over the validation data between inner loops
+(an action of the outer loop: log, record, offer the model for selection, maybe stop),
+and at the end over the selected model, whose figures `metrics.json` reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import tensorflow as tf
+
+from trainer.base import contracts
+from trainer.data import inputs
+from trainer.data import splits as splits_lib
+from trainer.evaluate import metrics as metrics_lib
+from trainer.plan import plan as plan_lib
+from trainer.train import history as history_lib
+from trainer.train import loops as loops_lib
+from trainer.train import selection as selection_lib
+
+Evaluate = Callable[[], "dict | None"]
+
+
+def evaluator(loops: loops_lib.Loops, paths: list[str], plan: plan_lib.Plan,
+              part: splits_lib.Part | None = None) -> Evaluate:
+    """A function that evaluates the model on the records of `paths` that `part` keeps
+    and returns the summed `metrics.batch_sums` (as numpy); None without paths."""
+    if not paths:
+        return lambda: None
+    dataset = inputs.distribute(
+        loops.strategy, paths, plan.schema, global_batch_size=plan.batch_size,
+        training=False, seed=0, shuffle_buffer=plan.shuffle_buffer, shard_by=plan.shard_by,
+        skip_corrupt=plan.skip_corrupt_records, repeat=bool(plan.eval_steps), keep=part)
+
+    def evaluate() -> dict:
+        if plan.eval_steps:
+            sums = loops.evaluate_steps(iter(dataset), tf.constant(plan.eval_steps))
+        else:
+            sums = loops.evaluate_all(dataset)
+        return {k: v.numpy() for k, v in sums.items()}
+
+    return evaluate
+
+
+class Validation:
+    """What the outer loop's validation action (actions.Validate) does when due."""
+
+    def __init__(self, evaluate: Evaluate, loops: loops_lib.Loops,
+                 selection: selection_lib.Selection, history: history_lib.History,
+                 writer: tf.summary.SummaryWriter):
+        self.evaluate, self.loops, self.selection = evaluate, loops, selection
+        self.history, self.writer = history, writer
+
+    def __call__(self, step: int) -> bool:
+        """Evaluates the model at `step`, logs and records it, offers it for selection;
+        returns whether training should stop early."""
+        metrics = metrics_lib.finish(self.loops.head, self.evaluate())
+        better = self.selection.consider(step, metrics)
+        logging.info("validation at step %d: %s%s", step, fmt(metrics),
+                     " (best so far)" if better else "")
+        self.history.add_eval(step, metrics)
+        with self.writer.as_default(step=step):
+            for name, value in metrics.items():
+                tf.summary.scalar(f"eval/{name}", value)
+        selection = self.selection
+        if selection.stopped:
+            logging.info("stopping early at step %d: no better %s in %d evaluations (the "
+                         "best, %.5g, at step %d)", step, selection.metric,
+                         selection.patience, selection.best_value, selection.selected_step)
+        return selection.stopped
+
+
+def final(loops: loops_lib.Loops, plan: plan_lib.Plan,
+          selection: selection_lib.Selection | None, validate: Evaluate,
+          test: Evaluate) -> tuple[dict, dict | None, str | None]:
+    """Puts the selected model in place and evaluates it once more: on validation data,
+    then on test data.
+
+    Returns:
+      (what metrics.json says besides the summary figures: `validation`, `test`,
+      `selection`, `data`; the sums of the data the summary figures come from, None
+      without any; that data's name).
+    """
+    head, splits = loops.head, plan.splits
+    out: dict = {"data": {"training": splits.train_part.describe(plan.train_data)
+                          if splits.train_part else plan.train_data}}
+    sums, data = None, None
+    if selection:
+        selected = selection.restore_best()
+        sums, data = validate(), splits.validation_name
+        out["validation"] = metrics_lib.finish(head, sums)
+        out["data"]["validation"] = data
+        out["selection"] = {
+            "metric": selection.metric, "step": selected,
+            "value": selection.best_value if selected is not None else None,
+            "goal": "minimize" if contracts.minimized(selection.metric) else "maximize",
+            "stoppedEarly": selection.stopped}
+        logging.info("selected the model of step %s (%s=%.5g on validation)", selected,
+                     selection.metric, out["validation"][selection.metric])
+    test_sums = test()
+    if test_sums is not None:
+        sums, data = test_sums, plan.test_data
+        out["test"] = metrics_lib.finish(head, sums)
+        out["data"]["test"] = data
+    if sums is not None:
+        out["data"]["metrics"] = "test" if test_sums is not None else "validation"
+    return out, sums, data
+
+
+def fmt(metrics: dict) -> str:
+    """The numbers of `metrics` as one log line's `name=value` pairs."""
+    return " ".join(f"{k}={v:.5g}" for k, v in sorted(metrics.items())
+                    if isinstance(v, (int, float)))
