@@ -11,8 +11,7 @@ import json
 import os
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("elements", 10_000, "float32 values all-reduced per step.")
@@ -24,12 +23,12 @@ def main(argv: list[str]) -> None:
     del argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
+
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
     def step(i):
         values = tf.fill([FLAGS.elements], tf.cast(i, tf.float32))
-        return tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, values)[0]
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, values)[0]
 
     @tf.function
     def loop(n):

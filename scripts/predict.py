@@ -1,7 +1,13 @@
 """Predictions of an export and Vertex request bodies: `trainer-predict`
 (python -m trainer.predict), run from the checkout."""
 
-from trainer.predict import run
+import os
+import sys
+
+# The checkout's own package, whether or not it is installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainer.predict import run  # noqa: E402
 
 if __name__ == "__main__":
     run()

@@ -1,7 +1,13 @@
 """Submits the trainer to Vertex AI: `trainer-submit` (trainer/vertex/submit_command.py),
 run from the checkout."""
 
-from trainer.vertex.submit_command import run
+import os
+import sys
+
+# The checkout's own package, whether or not it is installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainer.vertex.submit_command import run  # noqa: E402
 
 if __name__ == "__main__":
     run()

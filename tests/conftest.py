@@ -18,14 +18,14 @@ import time
 import pytest
 import tensorflow as tf
 
-from trainer.base import config as config_lib
 from trainer import sample_data
+from trainer.base import config as config_lib
 from trainer.base import storage as storage_lib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration()] * 2)
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "test-bucket"
@@ -40,8 +40,15 @@ def fake_gcs(tmp_path_factory) -> str:
     os.makedirs(os.path.join(root, BUCKET))
     store = storage_lib.Storage(root)
     for i, task in enumerate(TASKS):
-        sample_data.write_dataset(store, f"gs://{BUCKET}/{task}", task, train_examples=512,
-                                  eval_examples=128, num_shards=4, seed=i)
+        sample_data.write_dataset(
+            store,
+            f"gs://{BUCKET}/{task}",
+            task,
+            train_examples=512,
+            eval_examples=128,
+            num_shards=4,
+            seed=i,
+        )
     return root
 
 
@@ -86,9 +93,20 @@ def data_globs(task: str) -> tuple[str, str]:
 def job_values(fake_gcs: str, job_uri: str, task: str, **overrides) -> dict:
     """A small, fast job on the tiny dataset of `task`, as flag values."""
     train, evaluation = data_globs(task)
-    values = dict(train_data=train, validation_data=evaluation, label="label", task=task,
-                  job_dir=job_uri, fake_gcs_root=fake_gcs, batch_size=32, train_steps=20,
-                  steps_per_loop=10, hidden_units="16,8", seed=7, shuffle_buffer=256)
+    values = dict(
+        train_data=train,
+        validation_data=evaluation,
+        label="label",
+        task=task,
+        job_dir=job_uri,
+        fake_gcs_root=fake_gcs,
+        batch_size=32,
+        train_steps=20,
+        steps_per_loop=10,
+        hidden_units="16,8",
+        seed=7,
+        shuffle_buffer=256,
+    )
     values.update(overrides)
     return values
 
@@ -104,17 +122,25 @@ def task_args(fake_gcs: str, job_uri: str, task: str = "binary", **flags) -> lis
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "CLUSTER_SPEC") and not k.startswith("AIP_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_CONFIG", "CLUSTER_SPEC") and not k.startswith("AIP_")
+    }
     env.update(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **extra)
     return env
 
 
 def run_task(args: list[str], timeout: float = 180, **env) -> subprocess.CompletedProcess:
     """Runs `python -m trainer.task ARGS` and returns the finished process."""
-    return subprocess.run([sys.executable, "-m", "trainer.task", *args], cwd=REPO,
-                          env=subprocess_env(**env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.task", *args],
+        cwd=REPO,
+        env=subprocess_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def free_ports(n: int) -> list[int]:
@@ -134,10 +160,18 @@ def run_cluster(args: list[str], envs: list[dict[str, str]], timeout: float = 24
     Fails fast: when any process exits non-zero, or the timeout passes, every process
     of the cluster is killed (their whole process groups) and the test fails with the logs.
     """
-    procs = [subprocess.Popen([sys.executable, "-m", "trainer.task", *args], cwd=REPO,
-                              env=subprocess_env(**env), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
-             for env in envs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "trainer.task", *args],
+            cwd=REPO,
+            env=subprocess_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for env in envs
+    ]
     deadline = time.monotonic() + timeout
     try:
         while any(p.poll() is None for p in procs):
@@ -152,8 +186,10 @@ def run_cluster(args: list[str], envs: list[dict[str, str]], timeout: float = 24
         logs = [p.communicate()[0] for p in procs]
     codes = [p.returncode for p in procs]
     if any(codes):
-        pytest.fail(f"cluster processes exited with {codes}:\n" + "\n----\n".join(
-            log[-3000:] for log in logs))
+        pytest.fail(
+            f"cluster processes exited with {codes}:\n"
+            + "\n----\n".join(log[-3000:] for log in logs)
+        )
     return logs
 
 
@@ -176,12 +212,17 @@ def predict_in_subprocess(model_dir: str, records: list[bytes]) -> dict:
         "out = model.signatures['serving_default'](examples=tf.constant(records))\n"
         "decode = lambda v: v.decode() if isinstance(v, bytes) else v\n"
         "print(json.dumps({k: [decode(x) for x in v.numpy().tolist()] "
-        "for k, v in out.items()}))\n")
+        "for k, v in out.items()}))\n"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", code], input=json.dumps(
-            [base64.b64encode(r).decode() for r in records]),
-        cwd="/", env={**subprocess_env(), "PYTHONPATH": ""}, capture_output=True, text=True,
-        timeout=120)
+        [sys.executable, "-c", code],
+        input=json.dumps([base64.b64encode(r).decode() for r in records]),
+        cwd="/",
+        env={**subprocess_env(), "PYTHONPATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -191,6 +232,7 @@ def run_job(config, strategy: tf.distribute.Strategy | None = None, cluster=None
     (default: the default strategy)."""
     from trainer.plan import plan as plan_lib
     from trainer.train import job
+
     strategy = strategy or tf.distribute.get_strategy()
     return job.run(plan_lib.make_plan(config, strategy.num_replicas_in_sync), strategy, cluster)
 
@@ -201,9 +243,11 @@ def linear_model(schema, num_outputs, config):
     import keras
 
     from trainer.model import tabular as model_lib
+
     inputs = model_lib.feature_inputs(schema)
-    return keras.Model(inputs, keras.layers.Dense(num_outputs)(
-        model_lib.preprocess(inputs, schema)))
+    return keras.Model(
+        inputs, keras.layers.Dense(num_outputs)(model_lib.preprocess(inputs, schema))
+    )
 
 
 def read_records(store: storage_lib.Storage, glob: str, n: int) -> list[bytes]:

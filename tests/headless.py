@@ -14,11 +14,21 @@ import time
 
 from websockets.sync.client import connect
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars", "--window-size=1200,900",
-         # Anything that tries the network goes to a closed port, and is recorded.
-         "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1200,900",
+    # Anything that tries the network goes to a closed port, and is recorded.
+    "--proxy-server=127.0.0.1:9",
+    "--proxy-bypass-list=<-loopback>",
+]
 
 
 def browser() -> str:
@@ -30,9 +40,17 @@ def browser() -> str:
 class Page:
     def __init__(self, url: str, timeout: float = 60) -> None:
         self.profile = tempfile.mkdtemp(prefix="chromium-")
-        self.proc = subprocess.Popen([browser(), *FLAGS, "--remote-debugging-port=0",
-                                      f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                browser(),
+                *FLAGS,
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self.profile}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = os.path.join(self.profile, "DevToolsActivePort")
         deadline = time.monotonic() + timeout
         while not os.path.exists(port_file) or len(open(port_file).read().split()) < 2:
@@ -42,11 +60,13 @@ class Page:
         self.requests: list[str] = []
         self._id = 0
         self._stack = contextlib.ExitStack()
-        self.ws = self._stack.enter_context(connect(
-            f"ws://127.0.0.1:{port}" + open(port_file).read().split()[1], max_size=None))
+        self.ws = self._stack.enter_context(
+            connect(f"ws://127.0.0.1:{port}" + open(port_file).read().split()[1], max_size=None)
+        )
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target,
-                                 flatten=True)["sessionId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
         self.call("Network.enable", session=True)
         self.call("Page.enable", session=True)
         self.call("Page.navigate", url=url, session=True)
@@ -65,12 +85,20 @@ class Page:
                 return reply["result"]
 
     def evaluate(self, expression: str):
-        return self.call("Runtime.evaluate", session=True, expression=expression,
-                         returnByValue=True, awaitPromise=True)["result"]["value"]
+        return self.call(
+            "Runtime.evaluate",
+            session=True,
+            expression=expression,
+            returnByValue=True,
+            awaitPromise=True,
+        )["result"]["value"]
 
     def screenshot(self) -> bytes:
-        return base64.b64decode(self.call("Page.captureScreenshot", session=True,
-                                          format="png", captureBeyondViewport=True)["data"])
+        return base64.b64decode(
+            self.call(
+                "Page.captureScreenshot", session=True, format="png", captureBeyondViewport=True
+            )["data"]
+        )
 
     def close(self) -> None:
         self._stack.close()

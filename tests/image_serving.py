@@ -18,11 +18,12 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from benchmarks import serving as serving_bench
-from conftest import TASKS, free_ports
 from test_predict import predict
 from test_serve import bad_bodies, flat, in_process
+
+from benchmarks import serving as serving_bench
+
+from conftest import TASKS, free_ports
 
 TOLERANCE = 1e-5  # this TensorFlow against the image's tensorflow-cpu build of it
 GCS = os.environ.get("IMAGE_GCS_ROOT", "")
@@ -37,11 +38,20 @@ class ImageServer:
         run, container = prefix[:-2], prefix[-2:]  # "... CONTAINER --"
         entrypoint = json.loads(os.environ["IMAGE_SERVE_ENTRYPOINT"])
         env = [f"AIP_STORAGE_URI=gs://bucket/jobs/{task}/model", f"AIP_HTTP_PORT={self.port}"]
-        command = [*run, *[a for e in env for a in ("--env", e)], *container, *entrypoint,
-                   f"--fake_gcs_root={GCS}"]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+        command = [
+            *run,
+            *[a for e in env for a in ("--env", e)],
+            *container,
+            *entrypoint,
+            f"--fake_gcs_root={GCS}",
+        ]
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.endpoint = f"http://127.0.0.1:{self.port}"
         serving_bench.wait_ready(self.endpoint)
 
@@ -56,8 +66,9 @@ class ImageServer:
 
 @pytest.fixture(scope="module", autouse=True)
 def needs_images():
-    assert os.environ.get("IMAGE_SERVE_PREFIX") and GCS, \
+    assert os.environ.get("IMAGE_SERVE_PREFIX") and GCS, (
         "run through scripts/test_images.sh, which builds the images and sets IMAGE_SERVE_*"
+    )
 
 
 def records(task: str, n: int) -> list[bytes]:
@@ -73,14 +84,15 @@ def test_the_image_serves_the_training_images_export(task):
     vertex = predict.vertex_body(sample)
     raw = predict.raw_body(sample, model_dir, model)
     specs = model.signatures["predict"].structured_input_signature[1]
-    columns = {k: tf.constant([i[k] for i in raw["instances"]], dtype=s.dtype)
-               for k, s in specs.items()}
+    columns = {
+        k: tf.constant([i[k] for i in raw["instances"]], dtype=s.dtype) for k, s in specs.items()
+    }
     server = ImageServer(task)
     try:
         for body, expected in (
-                (vertex, in_process(model, "serving_default",
-                                    {"examples": tf.constant(sample)})),
-                (raw, in_process(model, "predict", columns))):
+            (vertex, in_process(model, "serving_default", {"examples": tf.constant(sample)})),
+            (raw, in_process(model, "predict", columns)),
+        ):
             answer = predict.send(server.endpoint, body)
             classes, values = flat(answer["predictions"])
             assert classes == expected[0]
@@ -92,8 +104,7 @@ def test_the_image_serves_the_training_images_export(task):
     assert "Traceback" not in log, log[-3000:]
 
 
-def faults_then_load(server: ImageServer, sample: list[bytes], model_dir: str,
-                     model) -> None:
+def faults_then_load(server: ImageServer, sample: list[bytes], model_dir: str, model) -> None:
     """The fault list, then the load rows, against the image."""
     good = predict.vertex_body(sample[:4])
     expected = predict.send(server.endpoint, good)
@@ -106,8 +117,14 @@ def faults_then_load(server: ImageServer, sample: list[bytes], model_dir: str,
         assert (response.status, fragment in answer["error"]) == (status, True), answer
     assert predict.send(server.endpoint, good) == expected
     started = time.monotonic()
-    rows = serving_bench.rows(server.endpoint, sample, model, [1, 8, 64], [1, 100],
-                              duration_s=float(os.environ.get("IMAGE_LOAD_SECONDS", "2")),
-                              label="serving image")
+    rows = serving_bench.rows(
+        server.endpoint,
+        sample,
+        model,
+        [1, 8, 64],
+        [1, 100],
+        duration_s=float(os.environ.get("IMAGE_LOAD_SECONDS", "2")),
+        label="serving image",
+    )
     assert all(r["errors"] == 0 and r["requests"] > 0 for r in rows)
     print(f"load rows in {time.monotonic() - started:.0f} s")

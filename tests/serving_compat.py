@@ -15,9 +15,9 @@ import subprocess
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_predict import predict
 
 from conftest import BUCKET, REPO, TASKS, data_globs, make_config, read_records, run_job
-from test_predict import predict
 
 SERVING_PYTHON = os.environ.get("SERVING_PYTHON")
 TOLERANCE = 1e-5  # max abs difference of predictions and probabilities
@@ -28,7 +28,10 @@ def serving_python() -> str:
     assert SERVING_PYTHON, "run through scripts/test_serving.sh, which sets SERVING_PYTHON"
     version = subprocess.run(
         [SERVING_PYTHON, "-c", "import tensorflow as tf; print(tf.__version__)"],
-        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert version.stdout.strip() == "2.15.1", version.stderr[-2000:]
     return SERVING_PYTHON
 
@@ -36,10 +39,14 @@ def serving_python() -> str:
 def answer_in(python: str, model_dir: str, body: dict, tmp_path) -> dict:
     path = tmp_path / "body.json"
     path.write_text(json.dumps(body))
-    proc = subprocess.run([python, "scripts/predict.py", f"--model_dir={model_dir}",
-                           f"--body={path}"], cwd=REPO, capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-                          timeout=180)
+    proc = subprocess.run(
+        [python, "scripts/predict.py", f"--model_dir={model_dir}", f"--body={path}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -58,10 +65,10 @@ def flatten(answer: dict) -> tuple[list, np.ndarray]:
 
 # The default for every task; mlp differs only in standardising numbers, so once (20 s
 # of a CI run near its 30 minutes, 2026-12-04).
-@pytest.mark.parametrize("task, model",
-                         [(t, "ple_mlp") for t in TASKS] + [("regression", "mlp")])
-def test_tf_2_15_serves_the_export_like_this_tensorflow(fake_gcs, store, serving_python,
-                                                        tmp_path, task, model):
+@pytest.mark.parametrize("task, model", [(t, "ple_mlp") for t in TASKS] + [("regression", "mlp")])
+def test_tf_2_15_serves_the_export_like_this_tensorflow(
+    fake_gcs, store, serving_python, tmp_path, task, model
+):
     job_dir = f"gs://{BUCKET}/jobs/serving-{task}-{model}"
     run_job(make_config(fake_gcs, job_dir, task, model=model))
     model_dir = store.path(f"{job_dir}/model")

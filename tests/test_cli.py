@@ -6,8 +6,17 @@ import json
 
 from conftest import run_task, task_args
 
-SEVERITIES = {"DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL",
-              "ALERT", "EMERGENCY"}
+SEVERITIES = {
+    "DEFAULT",
+    "DEBUG",
+    "INFO",
+    "NOTICE",
+    "WARNING",
+    "ERROR",
+    "CRITICAL",
+    "ALERT",
+    "EMERGENCY",
+}
 
 
 def json_lines(stdout: str) -> list[dict]:
@@ -18,8 +27,7 @@ def json_lines(stdout: str) -> list[dict]:
 
 
 def test_a_vertex_job_logs_json_lines_on_stdout_and_nothing_on_stderr(fake_gcs, job_uri):
-    proc = run_task(task_args(fake_gcs, job_uri, eval_every_steps=10),
-                    CLOUD_ML_JOB_ID="1234")
+    proc = run_task(task_args(fake_gcs, job_uri, eval_every_steps=10), CLOUD_ML_JOB_ID="1234")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert proc.stderr == ""  # no TensorFlow start-up lines, no absl lines
     messages = [e["message"] for e in json_lines(proc.stdout)]
@@ -33,7 +41,8 @@ def test_a_vertex_job_error_is_one_json_line_of_severity_error(fake_gcs, job_uri
     assert proc.returncode == 2 and proc.stderr == ""
     errors = [e for e in json_lines(proc.stdout) if e["severity"] == "ERROR"]
     assert [e["message"] for e in errors] == [
-        "error: no file matches 'gs://test-bucket/nothing-*' in bucket 'test-bucket'"]
+        "error: no file matches 'gs://test-bucket/nothing-*' in bucket 'test-bucket'"
+    ]
 
 
 def test_a_bad_flag_on_vertex_is_a_json_error_line():

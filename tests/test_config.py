@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
-from conftest import run_task
 from trainer.base import config as config_lib
+
+from conftest import run_task
 
 BASE = dict(train_data="gs://b/train-*", label="y", task="binary", job_dir="gs://b/job")
 
@@ -13,21 +14,32 @@ BASE = dict(train_data="gs://b/train-*", label="y", task="binary", job_dir="gs:/
 def test_job_dir_gives_vertex_layout():
     config = config_lib.make_config(env={}, **BASE)
     assert (config.model_dir, config.checkpoint_dir, config.tensorboard_dir) == (
-        "gs://b/job/model", "gs://b/job/checkpoints", "gs://b/job/logs")
+        "gs://b/job/model",
+        "gs://b/job/checkpoints",
+        "gs://b/job/logs",
+    )
 
 
 def test_vertex_environment_is_the_default():
-    env = {"AIP_MODEL_DIR": "gs://v/out/model/", "AIP_CHECKPOINT_DIR": "gs://v/out/checkpoints/",
-           "AIP_TENSORBOARD_LOG_DIR": "gs://v/out/logs/", "AIP_TRAINING_DATA_URI": "gs://v/t-*",
-           "AIP_VALIDATION_DATA_URI": "gs://v/e-*"}
+    env = {
+        "AIP_MODEL_DIR": "gs://v/out/model/",
+        "AIP_CHECKPOINT_DIR": "gs://v/out/checkpoints/",
+        "AIP_TENSORBOARD_LOG_DIR": "gs://v/out/logs/",
+        "AIP_TRAINING_DATA_URI": "gs://v/t-*",
+        "AIP_VALIDATION_DATA_URI": "gs://v/e-*",
+    }
     config = config_lib.make_config(env=env, label="y", task="regression")
     assert config.model_dir == "gs://v/out/model"  # trailing slash dropped
     assert config.checkpoint_dir == "gs://v/out/checkpoints"
     assert config.tensorboard_dir == "gs://v/out/logs"
     assert (config.train_data, config.validation_data) == ("gs://v/t-*", "gs://v/e-*")
     assert config.test_data is None
-    assert config_lib.make_config(env={**env, "AIP_TEST_DATA_URI": "gs://v/x-*"}, label="y",
-                                  task="regression").test_data == "gs://v/x-*"
+    assert (
+        config_lib.make_config(
+            env={**env, "AIP_TEST_DATA_URI": "gs://v/x-*"}, label="y", task="regression"
+        ).test_data
+        == "gs://v/x-*"
+    )
 
 
 def test_flags_win_over_environment():
@@ -44,27 +56,34 @@ def test_config_is_frozen_and_serialisable():
     assert config.to_json()["hidden_units"] == [256, 128]
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    (dict(batch_size=0), "--batch_size=0: expected an integer >= 1"),
-    (dict(train_steps=-5), "--train_steps=-5"),
-    (dict(task="ranking"), "--task='ranking': expected one of regression, binary, multiclass"),
-    (dict(strategy="tpu"), "--strategy='tpu'"),
-    (dict(shard_by="row"), "--shard_by='row'"),
-    (dict(learning_rate=0.0), "--learning_rate=0.0"),
-    (dict(hidden_units="64,x"), "--hidden_units='64,x'"),
-    (dict(hidden_units="0"), "--hidden_units='0'"),
-    (dict(label=""), "--label is not set"),
-    (dict(train_data=None), "--train_data is not set"),
-    (dict(job_dir=None),
-     "--model_dir is not set: pass --job_dir, --model_dir, or set AIP_MODEL_DIR"),
-    (dict(validation_data="gs:///x"), "--validation_data: bad Cloud Storage path"),
-    (dict(test_data="gs://"), "--test_data: bad Cloud Storage path"),
-    (dict(selection_metric="auc"), "--selection_metric='auc': --task=binary reports loss, "
-                                   "logLoss, accuracy"),
-    (dict(holdout_fraction=0.9), "--holdout_fraction=0.9: expected a number from 0"),
-    (dict(early_stopping_patience=-1), "--early_stopping_patience=-1: expected an integer"),
-    (dict(eval_every_steps=-1), "--eval_every_steps=-1: expected an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (dict(batch_size=0), "--batch_size=0: expected an integer >= 1"),
+        (dict(train_steps=-5), "--train_steps=-5"),
+        (dict(task="ranking"), "--task='ranking': expected one of regression, binary, multiclass"),
+        (dict(strategy="tpu"), "--strategy='tpu'"),
+        (dict(shard_by="row"), "--shard_by='row'"),
+        (dict(learning_rate=0.0), "--learning_rate=0.0"),
+        (dict(hidden_units="64,x"), "--hidden_units='64,x'"),
+        (dict(hidden_units="0"), "--hidden_units='0'"),
+        (dict(label=""), "--label is not set"),
+        (dict(train_data=None), "--train_data is not set"),
+        (
+            dict(job_dir=None),
+            "--model_dir is not set: pass --job_dir, --model_dir, or set AIP_MODEL_DIR",
+        ),
+        (dict(validation_data="gs:///x"), "--validation_data: bad Cloud Storage path"),
+        (dict(test_data="gs://"), "--test_data: bad Cloud Storage path"),
+        (
+            dict(selection_metric="auc"),
+            "--selection_metric='auc': --task=binary reports loss, logLoss, accuracy",
+        ),
+        (dict(holdout_fraction=0.9), "--holdout_fraction=0.9: expected a number from 0"),
+        (dict(early_stopping_patience=-1), "--early_stopping_patience=-1: expected an integer"),
+        (dict(eval_every_steps=-1), "--eval_every_steps=-1: expected an integer >= 0"),
+    ],
+)
 def test_bad_values_name_the_flag(overrides, fragment):
     with pytest.raises(config_lib.ConfigError) as e:
         config_lib.make_config(env={}, **{**BASE, **overrides})
@@ -74,8 +93,16 @@ def test_bad_values_name_the_flag(overrides, fragment):
 def test_entry_point_reports_bad_flags_in_one_line():
     """The whole of stderr is the one line: flags are checked before TensorFlow is
     imported, whose C++ start-up lines would come first."""
-    proc = run_task(["--train_data=gs://b/t-*", "--label=y", "--task=binary",
-                     "--job_dir=/tmp/x", "--batch_size=0"], timeout=60)
+    proc = run_task(
+        [
+            "--train_data=gs://b/t-*",
+            "--label=y",
+            "--task=binary",
+            "--job_dir=/tmp/x",
+            "--batch_size=0",
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["error: --batch_size=0: expected an integer >= 1"]
 

@@ -3,14 +3,21 @@ decides from the flags and the files alone, and says why."""
 
 import pytest
 
-from conftest import data_globs
 from trainer.data import records
 from trainer.plan import defaults
 
+from conftest import data_globs
 
-@pytest.mark.parametrize("policy, size, expected", [
-    ("auto", 10 * 1024 ** 2, "memory"), ("auto", 3 * 1024 ** 3, "stream"),
-    ("memory", 3 * 1024 ** 3, "memory"), ("off", 1024, "stream")])
+
+@pytest.mark.parametrize(
+    "policy, size, expected",
+    [
+        ("auto", 10 * 1024**2, "memory"),
+        ("auto", 3 * 1024**3, "stream"),
+        ("memory", 3 * 1024**3, "memory"),
+        ("off", 1024, "stream"),
+    ],
+)
 def test_cache_choice_is_logged_with_its_reason(policy, size, expected):
     mode, why = defaults.cache(policy, size)
     assert mode == expected
@@ -19,11 +26,11 @@ def test_cache_choice_is_logged_with_its_reason(policy, size, expected):
 
 
 @pytest.mark.parametrize("batch_size, expected", [(4, 1280), (32, 1000)])
-def test_default_train_steps_are_ten_epochs_and_at_least_a_thousand(store, batch_size,
-                                                                    expected):
+def test_default_train_steps_are_ten_epochs_and_at_least_a_thousand(store, batch_size, expected):
     files = store.glob(data_globs("binary")[0])  # 512 records in 4 files
     steps, why = defaults.train_steps(
-        records.count([store.path(f) for f in files], skip_corrupt=False), batch_size)
+        records.count([store.path(f) for f in files], skip_corrupt=False), batch_size
+    )
     assert steps == expected  # 10 * 512 / 4 = 1280; 10 * 512 / 32 = 160, raised to 1000
     assert "10 epochs of 512 training records" in why
 
@@ -33,10 +40,12 @@ def test_default_train_steps_are_capped_on_large_data():
     MAX_DEFAULT_STEPS and says so. Just under the cap, 10 epochs stand."""
     steps, why = defaults.train_steps(10_000_000, 64)
     assert steps == defaults.MAX_DEFAULT_STEPS == 500_000
-    assert why == ("--train_steps unset: 10 epochs of 10,000,000 training records at "
-                   "--batch_size=64 would be 1,562,500; capped at 500,000 (3.2 epochs) so "
-                   "that a default job's length stays bounded; set --train_steps to train "
-                   "longer")
+    assert why == (
+        "--train_steps unset: 10 epochs of 10,000,000 training records at "
+        "--batch_size=64 would be 1,562,500; capped at 500,000 (3.2 epochs) so "
+        "that a default job's length stays bounded; set --train_steps to train "
+        "longer"
+    )
     assert defaults.train_steps(3_200_000, 64)[0] == 500_000
     assert defaults.train_steps(3_100_000, 64)[0] == 484_375
 
@@ -53,6 +62,7 @@ def test_default_metric_and_evaluation_interval():
 def test_ple_mlp_width_follows_the_number_of_training_records():
     small, why = defaults.hidden_units("ple_mlp", 2_999)
     assert small == (64, 32)
-    assert why == ("--model=ple_mlp on 2,999 training records, fewer than 3,000; from "
-                   "3,000: 256,256,256")
+    assert why == (
+        "--model=ple_mlp on 2,999 training records, fewer than 3,000; from 3,000: 256,256,256"
+    )
     assert defaults.hidden_units("ple_mlp", 3_000)[0] == (256, 256, 256)

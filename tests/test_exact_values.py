@@ -13,8 +13,11 @@ def _ids_and_miles(seed: int):
     """4,000 records: an id of 200 values (20 records each) and a distance rounded to
     whole miles (200 values), both uniform."""
     rng = np.random.default_rng(seed)
-    return rng, rng.permutation(np.arange(4000) % 200).astype(float), \
-        np.round(rng.uniform(100, 300, 4000))
+    return (
+        rng,
+        rng.permutation(np.arange(4000) % 200).astype(float),
+        np.round(rng.uniform(100, 300, 4000)),
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -47,8 +50,7 @@ def test_a_number_unrelated_to_the_label_keeps_quantiles():
 
 
 def test_too_few_records_for_the_folds_keep_quantiles():
-    assert not exact_values.worth_keeping(np.array([1.0, 2.0]), np.array([0.0, 1.0]), 2,
-                                          QUANTILES)
+    assert not exact_values.worth_keeping(np.array([1.0, 2.0]), np.array([0.0, 1.0]), 2, QUANTILES)
 
 
 def test_its_bins_are_those_of_the_model():

@@ -12,20 +12,30 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, linear_model, make_config, read_records, run_job, subprocess_env
 from trainer.serving import explain
+
+from conftest import REPO, linear_model, make_config, read_records, run_job, subprocess_env
 
 
 def run_predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/predict.py", *args], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "scripts/predict.py", *args],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("task", ["regression", "binary", "multiclass"])
-def test_contributions_add_up_to_the_prediction_minus_the_baseline(exported, fake_gcs,
-                                                                   task):
-    proc = run_predict(f"--model_dir={exported[task]}", "--explain", "--num=3",
-                       f"--examples={fake_gcs}/test-bucket/{task}/eval-*")
+def test_contributions_add_up_to_the_prediction_minus_the_baseline(exported, fake_gcs, task):
+    proc = run_predict(
+        f"--model_dir={exported[task]}",
+        "--explain",
+        "--num=3",
+        f"--examples={fake_gcs}/test-bucket/{task}/eval-*",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(lines) == 3
@@ -36,7 +46,8 @@ def test_contributions_add_up_to_the_prediction_minus_the_baseline(exported, fak
         # Additivity holds in every feature order; what is left is float rounding of
         # the model's float32 outputs: within 1e-5.
         assert sum(line["contributions"].values()) == pytest.approx(
-            line["prediction"] - line["baseline_prediction"], abs=1e-5)
+            line["prediction"] - line["baseline_prediction"], abs=1e-5
+        )
     # The printed prediction is the model's own (its positive class, or predicted one).
     records = read_records_local(fake_gcs, task, 3)
     out = model.signatures["serving_default"](examples=tf.constant(records))
@@ -52,8 +63,10 @@ def test_contributions_add_up_to_the_prediction_minus_the_baseline(exported, fak
 
 def read_records_local(fake_gcs: str, task: str, n: int) -> list[bytes]:
     from trainer.base import storage as storage_lib
-    return read_records(storage_lib.Storage(fake_gcs),
-                        f"gs://test-bucket/{task}/eval-*.tfrecord", n)
+
+    return read_records(
+        storage_lib.Storage(fake_gcs), f"gs://test-bucket/{task}/eval-*.tfrecord", n
+    )
 
 
 def test_a_linear_model_gets_its_closed_form(fake_gcs, job_uri, monkeypatch):
@@ -62,16 +75,21 @@ def test_a_linear_model_gets_its_closed_form(fake_gcs, job_uri, monkeypatch):
     module = types.ModuleType("linear_models")
     module.linear = linear_model
     monkeypatch.setitem(sys.modules, "linear_models", module)
-    config = make_config(fake_gcs, job_uri, "regression", model_fn="linear_models:linear",
-                         train_steps=30)
+    config = make_config(
+        fake_gcs, job_uri, "regression", model_fn="linear_models:linear", train_steps=30
+    )
     run_job(config)
-    model_dir = os.path.join(fake_gcs, config.model_dir[len("gs://"):])
+    model_dir = os.path.join(fake_gcs, config.model_dir[len("gs://") :])
     model = tf.saved_model.load(model_dir)
     specs = model.signatures["predict"].structured_input_signature[1]
     base = explain.baseline(json.load(open(os.path.join(model_dir, "schema.json"))), specs)
     shift = {tf.float32: 1.5, tf.int64: 2}
-    instance = {name: (np.asarray(v) + shift[specs[name].dtype]).tolist()
-                if specs[name].dtype in shift else v for name, v in base.items()}
+    instance = {
+        name: (np.asarray(v) + shift[specs[name].dtype]).tolist()
+        if specs[name].dtype in shift
+        else v
+        for name, v in base.items()
+    }
     instance["city"] = "city_07" if base["city"] != "city_07" else "city_08"
     found = explain.shapley(model, instance, base, orders=8)
 
@@ -93,9 +111,11 @@ def test_explain_needs_the_predict_signature(tmp_path, exported, fake_gcs):
 
     only = Only()
     tf.saved_model.save(only, str(tmp_path / "m"), signatures={"serving_default": only.serve})
-    proc = run_predict(f"--model_dir={tmp_path}/m", "--explain",
-                       f"--examples={fake_gcs}/test-bucket/binary/eval-*")
+    proc = run_predict(
+        f"--model_dir={tmp_path}/m", "--explain", f"--examples={fake_gcs}/test-bucket/binary/eval-*"
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: {tmp_path}/m: no 'predict' signature (raw features) to explain; export "
-        "the model with trainer.task"]
+        "the model with trainer.task"
+    ]

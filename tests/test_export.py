@@ -2,13 +2,15 @@
 in-memory model predicts (max abs difference <= 1e-5), through both signatures."""
 
 import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import data_globs, make_config, predict_in_subprocess, read_records, run_job
-from trainer.serving import export
 from trainer.data import inputs
+from trainer.serving import export
+
+from conftest import data_globs, make_config, predict_in_subprocess, read_records, run_job
 
 
 @pytest.mark.parametrize("task", ["regression", "binary", "multiclass"])
@@ -16,8 +18,9 @@ def test_reloaded_model_predicts_like_the_trained_one(fake_gcs, job_uri, store, 
     config = make_config(fake_gcs, job_uri, task=task)
     result = run_job(config)
     records = read_records(store, data_globs(task)[1], 16)
-    expected = result.head.outputs(result.model(
-        inputs.parse_features(tf.constant(records), result.schema), training=False))
+    expected = result.head.outputs(
+        result.model(inputs.parse_features(tf.constant(records), result.schema), training=False)
+    )
 
     served = predict_in_subprocess(store.path(config.model_dir), records)
 
@@ -26,10 +29,11 @@ def test_reloaded_model_predicts_like_the_trained_one(fake_gcs, job_uri, store, 
         np.testing.assert_allclose(served["predictions"], expected["predictions"], atol=1e-5)
     else:
         assert set(served) == {"predictions", "probabilities"}
-        np.testing.assert_allclose(served["probabilities"], expected["probabilities"],
-                                   atol=1e-5)
-        classes = [c.decode() if isinstance(c, bytes) else c
-                   for c in expected["predictions"].numpy().tolist()]
+        np.testing.assert_allclose(served["probabilities"], expected["probabilities"], atol=1e-5)
+        classes = [
+            c.decode() if isinstance(c, bytes) else c
+            for c in expected["predictions"].numpy().tolist()
+        ]
         assert served["predictions"] == classes
         assert set(classes) <= set(result.schema.label.classes)
 
@@ -44,19 +48,23 @@ def test_predict_signature_takes_raw_named_features(fake_gcs, job_uri, store):
     # Instances of an online prediction request: scalars as [batch], vectors [batch, n].
     instances = {name: tf.squeeze(t, 1) if t.shape[1] == 1 else t for name, t in parsed.items()}
     from_features = loaded.signatures["predict"](**instances)
-    np.testing.assert_allclose(from_features["probabilities"], from_examples["probabilities"],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        from_features["probabilities"], from_examples["probabilities"], atol=1e-6
+    )
     assert set(loaded.signatures["predict"].structured_input_signature[1]) == {
-        f.name for f in result.schema.features}
+        f.name for f in result.schema.features
+    }
 
 
 def test_model_dir_holds_a_complete_export_only(fake_gcs, job_uri, store):
     config = make_config(fake_gcs, job_uri, task="binary")
     result = run_job(config)
-    assert {"saved_model.pb", "variables", "schema.json", "config.json",
-            "metrics.json"} <= set(store.listdir(config.model_dir))
+    assert {"saved_model.pb", "variables", "schema.json", "config.json", "metrics.json"} <= set(
+        store.listdir(config.model_dir)
+    )
     assert store.read_json(config.model_dir + "/metrics.json") == json.loads(
-        json.dumps(result.metrics))
+        json.dumps(result.metrics)
+    )
     assert store.read_json(config.model_dir + "/schema.json") == result.schema.to_json()
     assert store.read_json(config.model_dir + "/config.json")["train_data"] == config.train_data
     siblings = store.listdir(job_uri)
@@ -64,8 +72,7 @@ def test_model_dir_holds_a_complete_export_only(fake_gcs, job_uri, store):
 
 
 def test_feature_signature_shapes(fake_gcs, job_uri):
-    result = run_job(make_config(fake_gcs, job_uri, train_steps=1),
-                     tf.distribute.get_strategy())
+    result = run_job(make_config(fake_gcs, job_uri, train_steps=1), tf.distribute.get_strategy())
     sig = export.feature_signature(result.schema)
     assert sig["scores"].shape.as_list() == [None, 3] and sig["age"].shape.as_list() == [None]
     assert sig["city"].dtype == tf.string and sig["visits"].dtype == tf.int64

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from conftest import make_config
-from trainer.base import contracts
 from trainer.base import config as config_lib
+from trainer.base import contracts
 from trainer.train import hypertune
+
+from conftest import make_config
 
 
 def test_reports_only_in_a_trial(tmp_path):
@@ -20,13 +21,20 @@ def test_reports_only_in_a_trial(tmp_path):
     hypertune.report("accuracy", {"accuracy": 0.95, "step": 200}, env)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(e["trial"], e["accuracy"], e["global_step"]) for e in lines] == [
-        ("7", "0.9", "100"), ("7", "0.95", "200")]
+        ("7", "0.9", "100"),
+        ("7", "0.95", "200"),
+    ]
 
 
 def test_tuning_sees_the_selected_models_validation_figure_never_the_test(tmp_path):
     env = {"CLOUD_ML_HP_METRIC_FILE": str(tmp_path / "m"), "CLOUD_ML_TRIAL_ID": "3"}
-    metrics = {"accuracy": 0.7, "step": 500, "test": {"accuracy": 0.7},
-               "validation": {"accuracy": 0.8}, "selection": {"step": 300}}
+    metrics = {
+        "accuracy": 0.7,
+        "step": 500,
+        "test": {"accuracy": 0.7},
+        "validation": {"accuracy": 0.8},
+        "selection": {"step": 300},
+    }
     hypertune.report("accuracy", metrics, env)
     entry = json.loads((tmp_path / "m").read_text())
     assert (entry["accuracy"], entry["global_step"]) == ("0.8", "300")
@@ -40,16 +48,24 @@ def test_training_loss_stands_in_without_eval_data(tmp_path):
 
 
 def test_metric_must_exist_for_the_task(fake_gcs, job_uri):
-    with pytest.raises(config_lib.ConfigError,
-                       match="--hptune_metric='accuracy': --task=regression reports loss, "
-                             "meanAbsoluteError, rootMeanSquaredError, rSquared"):
+    with pytest.raises(
+        config_lib.ConfigError,
+        match="--hptune_metric='accuracy': --task=regression reports loss, "
+        "meanAbsoluteError, rootMeanSquaredError, rSquared",
+    ):
         make_config(fake_gcs, job_uri, task="regression", hptune_metric="accuracy")
-    for task, metric in (("binary", "auRoc"), ("multiclass", "auRoc"), ("binary", "auPrc"),
-                         ("regression", "rSquared"), ("regression", "mae")):
+    for task, metric in (
+        ("binary", "auRoc"),
+        ("multiclass", "auRoc"),
+        ("binary", "auPrc"),
+        ("regression", "rSquared"),
+        ("regression", "mae"),
+    ):
         assert make_config(fake_gcs, job_uri, task=task, hptune_metric=metric)
 
 
 def test_reported_metrics_are_what_the_tasks_compute():
     from trainer.evaluate import metrics
+
     for task, names in contracts.TASK_METRICS.items():
         assert set(names) == set(metrics.REPORTED[task]) - {"examples"}

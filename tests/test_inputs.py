@@ -3,14 +3,12 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_schema import example
+
+from trainer.data import inference, inputs, records, scan
+from trainer.data import schema as schema_lib
 
 from conftest import data_globs
-from test_schema import example
-from trainer.data import scan
-from trainer.data import inference
-from trainer.data import inputs
-from trainer.data import records
-from trainer.data import schema as schema_lib
 
 
 def write(store, uri, serialized):
@@ -29,12 +27,19 @@ def infer(store, glob, task):
 def test_missing_features_get_schema_defaults(store):
     schema = schema_lib.Schema(
         label=schema_lib.Label("label", "string", ("no", "yes")),
-        features=(schema_lib.Feature("x", "float", "numeric", mean=5.0, std=2.0),
-                  schema_lib.Feature("c", "string", "categorical", vocabulary=("a",))))
-    uri = write(store, "gs://test-bucket/missing/a.tfrecord",
-                [example(x=1.0, c="a", label="yes"), example(label="no")])
-    features, labels, _ = next(iter(inputs.make_dataset([store.path(uri)], schema, batch_size=2,
-                                                     training=False)))
+        features=(
+            schema_lib.Feature("x", "float", "numeric", mean=5.0, std=2.0),
+            schema_lib.Feature("c", "string", "categorical", vocabulary=("a",)),
+        ),
+    )
+    uri = write(
+        store,
+        "gs://test-bucket/missing/a.tfrecord",
+        [example(x=1.0, c="a", label="yes"), example(label="no")],
+    )
+    features, labels, _ = next(
+        iter(inputs.make_dataset([store.path(uri)], schema, batch_size=2, training=False))
+    )
     np.testing.assert_allclose(features["x"].numpy(), [[1.0], [5.0]])
     assert features["c"].numpy().tolist() == [[b"a"], [b""]]
     assert labels.numpy().tolist() == [1, 0]  # class indices in the schema's order
@@ -42,8 +47,9 @@ def test_missing_features_get_schema_defaults(store):
 
 def test_batches_have_the_requested_shape(store):
     files, schema = infer(store, data_globs("multiclass")[0], "multiclass")
-    ds = inputs.make_dataset([store.path(f) for f in files], schema, batch_size=16,
-                             training=True, seed=1)
+    ds = inputs.make_dataset(
+        [store.path(f) for f in files], schema, batch_size=16, training=True, seed=1
+    )
     features, labels, weights = next(iter(ds))
     assert features["scores"].shape == (16, 3) and features["age"].shape == (16, 1)
     assert labels.dtype == tf.int32 and set(labels.numpy()) <= {0, 1, 2}
@@ -64,8 +70,14 @@ def test_record_shards_together_form_the_single_pipeline_batches(store, cache):
     paths = [store.path(f) for f in files]
     common = dict(training=True, seed=3, shuffle_buffer=64, shard_by="record", cache=cache)
     single = list(inputs.make_dataset(paths, schema, batch_size=12, **common).take(50))
-    shards = [list(inputs.make_dataset(paths, schema, batch_size=4, num_shards=3,
-                                       shard_index=i, **common).take(50)) for i in range(3)]
+    shards = [
+        list(
+            inputs.make_dataset(
+                paths, schema, batch_size=4, num_shards=3, shard_index=i, **common
+            ).take(50)
+        )
+        for i in range(3)
+    ]
     for step in range(50):  # 600 records: past the end of the first epoch (512)
         union = sorted(sum((rows(shards[i][step]) for i in range(3)), []))
         assert union == rows(single[step])
@@ -76,16 +88,29 @@ def test_file_shards_split_the_files(store):
     paths = [store.path(f) for f in files]
     seen = []
     for i in range(2):
-        ds = inputs.make_dataset(paths, schema, batch_size=1000, training=False,
-                                 num_shards=2, shard_index=i, shard_by="file")
+        ds = inputs.make_dataset(
+            paths,
+            schema,
+            batch_size=1000,
+            training=False,
+            num_shards=2,
+            shard_index=i,
+            shard_by="file",
+        )
         seen.append(sum((rows(b) for b in ds), []))
     assert len(seen[0]) == len(seen[1]) == 256  # 2 of the 4 files of 128 records each
     assert not set(seen[0]) & set(seen[1])
 
 
-@pytest.mark.parametrize("policy, files, shards, expected", [
-    ("auto", 8, 4, "file"), ("auto", 2, 3, "record"), ("record", 8, 2, "record"),
-    ("file", 1, 2, "file")])
+@pytest.mark.parametrize(
+    "policy, files, shards, expected",
+    [
+        ("auto", 8, 4, "file"),
+        ("auto", 2, 3, "record"),
+        ("record", 8, 2, "record"),
+        ("file", 1, 2, "file"),
+    ],
+)
 def test_sharding_choice(policy, files, shards, expected):
     assert inputs.choose_sharding(policy, files, shards) == expected
 
@@ -108,9 +133,18 @@ def test_seed_makes_order_deterministic(store, cache):
     paths = [store.path(f) for f in files]
 
     def order(seed):
-        return [rows(b) for b in inputs.make_dataset(
-            paths, schema, batch_size=8, training=True, seed=seed, cache=cache,
-            shuffle_buffer=100).take(3)]
+        return [
+            rows(b)
+            for b in inputs.make_dataset(
+                paths,
+                schema,
+                batch_size=8,
+                training=True,
+                seed=seed,
+                cache=cache,
+                shuffle_buffer=100,
+            ).take(3)
+        ]
 
     assert order(5) == order(5) and order(5) != order(6)
 
@@ -118,28 +152,54 @@ def test_seed_makes_order_deterministic(store, cache):
 @pytest.mark.parametrize("cache", CACHES)
 def test_every_epoch_holds_every_record_once_in_a_new_order(store, cache):
     files, schema = infer(store, data_globs("binary")[0], "binary")
-    batches = [rows(b) for b in inputs.make_dataset(
-        [store.path(f) for f in files], schema, batch_size=16, training=True, seed=2,
-        cache=cache, shuffle_buffer=100).take(3 * 512 // 16)]
-    epochs = [sum(batches[i * 32:(i + 1) * 32], []) for i in range(3)]
+    batches = [
+        rows(b)
+        for b in inputs.make_dataset(
+            [store.path(f) for f in files],
+            schema,
+            batch_size=16,
+            training=True,
+            seed=2,
+            cache=cache,
+            shuffle_buffer=100,
+        ).take(3 * 512 // 16)
+    ]
+    epochs = [sum(batches[i * 32 : (i + 1) * 32], []) for i in range(3)]
     assert all(len(set(e)) == 512 for e in epochs) and set(epochs[0]) == set(epochs[2])
     assert epochs[0] != epochs[1] != epochs[2]
 
 
-@pytest.mark.parametrize("cache, shard_by, shards", [
-    ("memory", "record", 1), ("stream", "record", 1), ("memory", "record", 3),
-    ("stream", "record", 3), ("memory", "file", 2), ("stream", "file", 2)])
+@pytest.mark.parametrize(
+    "cache, shard_by, shards",
+    [
+        ("memory", "record", 1),
+        ("stream", "record", 1),
+        ("memory", "record", 3),
+        ("stream", "record", 3),
+        ("memory", "file", 2),
+        ("stream", "file", 2),
+    ],
+)
 def test_resumed_stream_continues_exactly_where_it_stopped(store, cache, shard_by, shards):
     """Started at step s, every pipeline yields what it would have yielded after s steps,
     here 9+ epochs in: a resumed job trains on the records an uninterrupted one would."""
     files, schema = infer(store, data_globs("binary")[0], "binary")
-    common = dict(batch_size=4, step_size=8, training=True, seed=4, cache=cache,
-                  shuffle_buffer=100, num_shards=shards, shard_by=shard_by)
+    common = dict(
+        batch_size=4,
+        step_size=8,
+        training=True,
+        seed=4,
+        cache=cache,
+        shuffle_buffer=100,
+        num_shards=shards,
+        shard_by=shard_by,
+    )
     paths = [store.path(f) for f in files]
     for index in range(shards):
         for start_step in (1, 37, 600):  # inside the first window, epoch, ninth epoch
-            resumed = inputs.make_dataset(paths, schema, start_step=start_step,
-                                          shard_index=index, **common)
+            resumed = inputs.make_dataset(
+                paths, schema, start_step=start_step, shard_index=index, **common
+            )
             full = inputs.make_dataset(paths, schema, shard_index=index, **common)
             # Two batches (the pipeline's replicas) per step.
             expected = [rows(b) for b in full.skip(2 * start_step).take(6)]
@@ -151,23 +211,34 @@ def write_sorted_files(store, prefix: str, files: int, per_file: int) -> list[st
     often are; `x` numbers the records."""
     uris = []
     for f in range(files):
-        uris.append(write(store, f"{prefix}/part-{f}.tfrecord", [
-            example(x=float(f * per_file + i), label=int(i >= per_file // 2))
-            for i in range(per_file)]))
+        uris.append(
+            write(
+                store,
+                f"{prefix}/part-{f}.tfrecord",
+                [
+                    example(x=float(f * per_file + i), label=int(i >= per_file // 2))
+                    for i in range(per_file)
+                ],
+            )
+        )
     return uris
 
 
 def batch_mix_error(labels: np.ndarray, batch: int) -> float:
     """Mean absolute difference between each batch's share of label 1 and the overall
     share: how far consecutive batches are from the data's label mix."""
-    shares = labels[:len(labels) // batch * batch].reshape(-1, batch).mean(axis=1)
+    shares = labels[: len(labels) // batch * batch].reshape(-1, batch).mean(axis=1)
     return float(np.mean(np.abs(shares - labels.mean())))
 
 
-@pytest.mark.parametrize("cache, window, worst", [
-    ("memory", 100, 1.2),    # the default for data that fits: a full shuffle every epoch
-    ("stream", 8000, 1.2),   # a window as large as the data: a full shuffle too
-    ("stream", 200, None)])  # sorted files, small window: documented as not mixing
+@pytest.mark.parametrize(
+    "cache, window, worst",
+    [
+        ("memory", 100, 1.2),  # the default for data that fits: a full shuffle every epoch
+        ("stream", 8000, 1.2),  # a window as large as the data: a full shuffle too
+        ("stream", 200, None),
+    ],
+)  # sorted files, small window: documented as not mixing
 def test_sorted_files_mix_like_a_full_shuffle(store, cache, window, worst):
     """8 files of 1,000 records, each sorted by label. Over two epochs, batches of 50 are
     compared with a fully shuffled stream of the same labels (the mean over 20 NumPy
@@ -176,10 +247,22 @@ def test_sorted_files_mix_like_a_full_shuffle(store, cache, window, worst):
     uris = write_sorted_files(store, "gs://test-bucket/sorted", files=8, per_file=1000)
     schema = schema_lib.Schema(
         label=schema_lib.Label("label", "int", (0, 1)),
-        features=(schema_lib.Feature("x", "float", "numeric"),))
-    labels = np.concatenate([y.numpy() for _, y, _ in inputs.make_dataset(
-        [store.path(u) for u in uris], schema, batch_size=50, training=True, seed=1,
-        cache=cache, shuffle_buffer=window).take(2 * 8000 // 50)])
+        features=(schema_lib.Feature("x", "float", "numeric"),),
+    )
+    labels = np.concatenate(
+        [
+            y.numpy()
+            for _, y, _ in inputs.make_dataset(
+                [store.path(u) for u in uris],
+                schema,
+                batch_size=50,
+                training=True,
+                seed=1,
+                cache=cache,
+                shuffle_buffer=window,
+            ).take(2 * 8000 // 50)
+        ]
+    )
     rng = np.random.default_rng(0)
     shuffled = np.mean([batch_mix_error(rng.permutation(labels), 50) for _ in range(20)])
     error = batch_mix_error(labels, 50)
@@ -194,13 +277,15 @@ def test_sorted_files_mix_like_a_full_shuffle(store, cache, window, worst):
 def test_bad_record_is_found_and_named(store):
     files, schema = infer(store, data_globs("binary")[0], "binary")
     good = [r.numpy() for r in tf.data.TFRecordDataset(store.path(files[0]))]
-    bad = write(store, "gs://test-bucket/bad/part-1.tfrecord",
-                good * 2 + [example(age=1.0)] + good)  # no label, in the second batch of 256
+    bad = write(
+        store, "gs://test-bucket/bad/part-1.tfrecord", good * 2 + [example(age=1.0)] + good
+    )  # no label, in the second batch of 256
     message = scan.find_bad_record(store, [files[0], bad], schema)
-    assert message == ("gs://test-bucket/bad/part-1.tfrecord record 256: "
-                       "Feature: label (data type: int64) is required but could not be found.")
-    wrong_type = write(store, "gs://test-bucket/bad/part-2.tfrecord",
-                       [example(age="old", label=1)])
+    assert message == (
+        "gs://test-bucket/bad/part-1.tfrecord record 256: "
+        "Feature: label (data type: int64) is required but could not be found."
+    )
+    wrong_type = write(store, "gs://test-bucket/bad/part-2.tfrecord", [example(age="old", label=1)])
     assert "age" in scan.find_bad_record(store, [wrong_type], schema)
     assert scan.find_bad_record(store, files, schema) is None
     # A bounded check (what start-up does) stops before the bad record.
@@ -211,13 +296,18 @@ def test_bad_record_is_found_and_named(store):
 def test_corrupt_file_is_named(store):
     files, _ = infer(store, data_globs("binary")[0], "binary")
     data = bytearray(store.read_bytes(files[0]))
-    data[len(data) // 2: len(data) // 2 + 8] = b"garbage!"
+    data[len(data) // 2 : len(data) // 2 + 8] = b"garbage!"
     store.write_bytes("gs://test-bucket/bad/corrupt.tfrecord", bytes(data))
-    with pytest.raises(inputs.DataError, match=(
+    with pytest.raises(
+        inputs.DataError,
+        match=(
             r"cannot read gs://test-bucket/bad/corrupt.tfrecord: "
-            r"corrupted record at \d+$")):
-        list(scan.sample_records(store, [files[1], "gs://test-bucket/bad/corrupt.tfrecord"],
-                                   10_000))
+            r"corrupted record at \d+$"
+        ),
+    ):
+        list(
+            scan.sample_records(store, [files[1], "gs://test-bucket/bad/corrupt.tfrecord"], 10_000)
+        )
 
 
 @pytest.mark.parametrize("cache", CACHES)
@@ -227,8 +317,14 @@ def test_nothing_readable_is_an_error_not_an_endless_stream(store, cache):
     files, schema = infer(store, data_globs("binary")[0], "binary")
     store.write_bytes("gs://test-bucket/garbage/part-0.tfrecord", b"not a tfrecord" * 10)
     with pytest.raises(inputs.DataError, match=r"no training records could be read from 1 "):
-        inputs.make_dataset([store.path("gs://test-bucket/garbage/part-0.tfrecord")], schema,
-                            batch_size=4, training=True, cache=cache, skip_corrupt=True)
+        inputs.make_dataset(
+            [store.path("gs://test-bucket/garbage/part-0.tfrecord")],
+            schema,
+            batch_size=4,
+            training=True,
+            cache=cache,
+            skip_corrupt=True,
+        )
 
 
 def test_count_with_a_limit_stops_reading_once_it_is_reached(store):
@@ -236,5 +332,3 @@ def test_count_with_a_limit_stops_reading_once_it_is_reached(store):
     assert records.count(paths, skip_corrupt=False, limit=10_000) == 512
     # Counted by blocks: at least the limit, and not all 4 files' worth.
     assert 100 <= records.count(paths, skip_corrupt=False, limit=100) < 512
-
-

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import BUCKET, data_globs, make_config, read_records, run_job
-from trainer.model import heads
 from trainer.evaluate import metrics
+from trainer.model import heads
+
+from conftest import BUCKET, data_globs, make_config, read_records, run_job
 
 
 def exact_roc_auc(y: np.ndarray, p: np.ndarray) -> float:
@@ -34,8 +35,9 @@ def evaluate(head, labels, logits, batch=7) -> dict:
     """Sums over uneven batches, as an evaluation does."""
     total = {k: v.numpy() for k, v in metrics.zero_sums(head).items()}
     for i in range(0, len(labels), batch):
-        part = metrics.batch_sums(head, tf.constant(labels[i:i + batch]),
-                                  tf.constant(logits[i:i + batch]))
+        part = metrics.batch_sums(
+            head, tf.constant(labels[i : i + batch]), tf.constant(logits[i : i + batch])
+        )
         total = {k: total[k] + v.numpy() for k, v in part.items()}
     return metrics.finish(head, total)
 
@@ -84,24 +86,29 @@ def test_regression_metrics_in_label_units():
     e = predicted.astype(np.float64) - y
     assert m["meanAbsoluteError"] == pytest.approx(np.mean(np.abs(e)), rel=1e-4)
     assert m["mae"] == m["meanAbsoluteError"] and m["rmse"] == m["rootMeanSquaredError"]
-    assert m["rootMeanSquaredError"] == pytest.approx(np.sqrt(np.mean(e ** 2)), rel=1e-4)
-    assert m["rSquared"] == pytest.approx(1 - np.sum(e ** 2) / np.sum((y - y.mean()) ** 2),
-                                          rel=1e-4)
-    assert m["meanAbsolutePercentageError"] == pytest.approx(
-        100 * np.mean(np.abs(e) / y), rel=1e-4)
+    assert m["rootMeanSquaredError"] == pytest.approx(np.sqrt(np.mean(e**2)), rel=1e-4)
+    assert m["rSquared"] == pytest.approx(1 - np.sum(e**2) / np.sum((y - y.mean()) ** 2), rel=1e-4)
+    assert m["meanAbsolutePercentageError"] == pytest.approx(100 * np.mean(np.abs(e) / y), rel=1e-4)
     assert m["rootMeanSquaredLogError"] == pytest.approx(
-        np.sqrt(np.mean((np.log1p(predicted) - np.log1p(y)) ** 2)), rel=1e-4)
+        np.sqrt(np.mean((np.log1p(predicted) - np.log1p(y)) ** 2)), rel=1e-4
+    )
     # The training loss is the standardised squared error.
     assert m["loss"] == pytest.approx(np.mean((e / 5000.0) ** 2), rel=1e-4)
 
 
 def test_undefined_metrics_are_left_out():
-    regression = evaluate(heads.Head("regression"), np.array([0.0, -1.0, 2.0], np.float32),
-                          np.array([[0.5], [0.0], [1.0]], np.float32))
+    regression = evaluate(
+        heads.Head("regression"),
+        np.array([0.0, -1.0, 2.0], np.float32),
+        np.array([[0.5], [0.0], [1.0]], np.float32),
+    )
     assert "meanAbsolutePercentageError" not in regression  # a zero label
-    assert "rootMeanSquaredLogError" not in regression      # a negative label
-    only_positives = evaluate(heads.Head("binary", (0, 1), "int"),
-                              np.array([1, 1], np.int32), np.array([[1.0], [2.0]], np.float32))
+    assert "rootMeanSquaredLogError" not in regression  # a negative label
+    only_positives = evaluate(
+        heads.Head("binary", (0, 1), "int"),
+        np.array([1, 1], np.int32),
+        np.array([[1.0], [2.0]], np.float32),
+    )
     assert "auRoc" not in only_positives and only_positives["auPrc"] == pytest.approx(1.0)
 
 
@@ -109,23 +116,30 @@ def test_metrics_json_agrees_with_the_exported_model(fake_gcs, store, mirrored_t
     """metrics.json of a job equals NumPy on its exported model's predictions, and two
     mirrored replicas report what one does."""
     found = {}
-    for name, strategy in (("one"), ("two", mirrored_two_cpus)):
+    for name, strategy in (("one", None), ("two", mirrored_two_cpus)):
         job_dir = f"gs://{BUCKET}/jobs/metrics-{name}"
-        run_job(make_config(fake_gcs, job_dir, "binary", train_steps=60),
-                strategy)
+        run_job(make_config(fake_gcs, job_dir, "binary", train_steps=60), strategy)
         found[name] = store.read_json(f"{job_dir}/model/metrics.json")
     records = read_records(store, data_globs("binary")[1], 1000)
     model = tf.saved_model.load(store.path(f"gs://{BUCKET}/jobs/metrics-one/model"))
-    p = model.signatures["serving_default"](examples=tf.constant(records))[
-        "probabilities"].numpy()[:, 1].astype(np.float64)
-    y = np.array([tf.train.Example.FromString(r).features.feature["label"].int64_list.value[0]
-                  for r in records])
+    p = (
+        model.signatures["serving_default"](examples=tf.constant(records))["probabilities"]
+        .numpy()[:, 1]
+        .astype(np.float64)
+    )
+    y = np.array(
+        [
+            tf.train.Example.FromString(r).features.feature["label"].int64_list.value[0]
+            for r in records
+        ]
+    )
     one = found["one"]
     assert one["examples"] == len(y) == 128
     assert one["auRoc"] == pytest.approx(exact_roc_auc(y, p), abs=2e-3)
     assert one["accuracy"] == pytest.approx(np.mean((p > 0.5) == (y == 1)), abs=1e-6)
     assert one["logLoss"] == pytest.approx(
-        -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)), rel=1e-4)
+        -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)), rel=1e-4
+    )
     for key in ("auRoc", "auPrc", "logLoss", "accuracy", "f1"):
         # Same data order and weights (1 replica B = 2 replicas B/2), same sums.
         assert found["two"][key] == pytest.approx(one[key], abs=1e-4), key

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import linear_model, make_config, run_job
-from trainer.data import inference
 from trainer.base import config as config_lib
+from trainer.data import inference
+from trainer.data import schema as schema_lib
 from trainer.model import heads
 from trainer.model import tabular as model_lib
-from trainer.data import schema as schema_lib
+
+from conftest import linear_model, make_config, run_job
 
 SCHEMA = schema_lib.Schema(
     label=schema_lib.Label("label", "string", ("a", "b", "c")),
@@ -23,12 +24,19 @@ SCHEMA = schema_lib.Schema(
         schema_lib.Feature("v", "float", "numeric", size=3),
         schema_lib.Feature("n", "int", "categorical", vocabulary=(3, 7)),
         schema_lib.Feature("few", "string", "categorical", vocabulary=("p", "q")),
-        schema_lib.Feature("many", "string", "categorical",
-                           vocabulary=tuple(f"v{i}" for i in range(50)))))
+        schema_lib.Feature(
+            "many", "string", "categorical", vocabulary=tuple(f"v{i}" for i in range(50))
+        ),
+    ),
+)
 
-BATCH = {"x": tf.constant([[10.0], [12.0]]), "v": tf.zeros([2, 3]),
-         "n": tf.constant([[3], [99]], tf.int64), "few": tf.constant([["p"], [""]]),
-         "many": tf.constant([["v1"], ["unseen"]])}
+BATCH = {
+    "x": tf.constant([[10.0], [12.0]]),
+    "v": tf.zeros([2, 3]),
+    "n": tf.constant([[3], [99]], tf.int64),
+    "few": tf.constant([["p"], [""]]),
+    "many": tf.constant([["v1"], ["unseen"]]),
+}
 
 
 @pytest.mark.parametrize("task, units", [("regression", 1), ("binary", 1), ("multiclass", 3)])
@@ -81,28 +89,31 @@ def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
         records.append((f"record {i}", example.SerializeToString()))
     schema = inference.infer(records, "y", "binary")
     (x,) = schema.features
-    np.testing.assert_allclose(x.quantiles, np.quantile(values.astype(np.float32),
-                                                        np.linspace(0, 1, 17)), rtol=1e-6)
+    np.testing.assert_allclose(
+        x.quantiles, np.quantile(values.astype(np.float32), np.linspace(0, 1, 17)), rtol=1e-6
+    )
     again = schema_lib.from_json(schema.to_json(), "s.json", "y", "binary")
     assert again.features[0].quantiles == x.quantiles  # schema.json keeps them
     config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units=None)
     model = model_lib.build(schema, 1, config)
     assert [layer.units for layer in model.layers if layer.name.startswith("hidden_")] == [
-        256, 256, 256]
+        256,
+        256,
+        256,
+    ]
     assert any(isinstance(layer, model_lib.RobustPLE) for layer in model.layers)
 
 
-def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri,
-                                                                caplog):
+def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri, caplog):
     """The tiny dataset has 512 records: ple_mlp gets 64,32, in the log and config.json."""
-    config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units=None,
-                         train_steps=2)
+    config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units=None, train_steps=2)
     with caplog.at_level(logging.INFO):
         result = run_job(config)
-    assert ("64,32 (--model=ple_mlp on 512 training records, fewer than 3,000"
-            in caplog.text)
-    assert [layer.units for layer in result.model.layers
-            if layer.name.startswith("hidden_")] == [64, 32]
+    assert "64,32 (--model=ple_mlp on 512 training records, fewer than 3,000" in caplog.text
+    assert [layer.units for layer in result.model.layers if layer.name.startswith("hidden_")] == [
+        64,
+        32,
+    ]
     assert store.read_json(config.model_dir + "/config.json")["hidden_units"] == [64, 32]
 
 
@@ -123,7 +134,8 @@ def test_few_distinct_values_are_kept_and_any_function_of_them_can_be_fitted():
         example.features.feature["y"].int64_list.value.append(i % 2)
         unrelated.append((f"record {i}", example.SerializeToString()))
         example.features.feature["y"].int64_list.value[0] = int(
-            favourite[int(id_)] if rng.uniform() < 0.8 else 1 - favourite[int(id_)])
+            favourite[int(id_)] if rng.uniform() < 0.8 else 1 - favourite[int(id_)]
+        )
         records.append((f"record {i}", example.SerializeToString()))
     schema = inference.infer(records, "y", "binary")
     id_feature, x_feature = schema.features
@@ -149,17 +161,22 @@ def test_few_distinct_values_are_kept_and_any_function_of_them_can_be_fitted():
 
 @pytest.mark.parametrize("key", ["quantiles", "values"])
 def test_bad_quantiles_or_values_in_a_schema_file_are_named(key):
-    bad = {"label": {"name": "y", "dtype": "int", "classes": [0, 1]},
-           "features": [{"name": "x", "dtype": "float", key: [3, 1]}]}
+    bad = {
+        "label": {"name": "y", "dtype": "int", "classes": [0, 1]},
+        "features": [{"name": "x", "dtype": "float", key: [3, 1]}],
+    }
     with pytest.raises(schema_lib.SchemaError, match=f"feature 'x': {key}"):
         schema_lib.from_json(bad, "s.json", "y", "binary")
 
 
 def test_values_without_quantiles_in_a_schema_file_are_named():
-    bad = {"label": {"name": "y", "dtype": "int", "classes": [0, 1]},
-           "features": [{"name": "x", "dtype": "float", "values": [1, 2, 3]}]}
-    with pytest.raises(schema_lib.SchemaError,
-                       match="schema s.json: feature 'x': values without quantiles"):
+    bad = {
+        "label": {"name": "y", "dtype": "int", "classes": [0, 1]},
+        "features": [{"name": "x", "dtype": "float", "values": [1, 2, 3]}],
+    }
+    with pytest.raises(
+        schema_lib.SchemaError, match="schema s.json: feature 'x': values without quantiles"
+    ):
         schema_lib.from_json(bad, "s.json", "y", "binary")
 
 
@@ -183,11 +200,17 @@ def test_custom_model_fn_is_loaded_by_name(fake_gcs, job_uri, monkeypatch):
     assert model(BATCH).shape == (2, 1)
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("no_such_module:f", "--model_fn='no_such_module:f': cannot load it"),
-    ("trainer.model.tabular:no_such_fn", "--model_fn='trainer.model.tabular:no_such_fn': cannot load it"),
-    ("trainer.model.tabular:ONE_HOT_MAX", "is not a function"),
-])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("no_such_module:f", "--model_fn='no_such_module:f': cannot load it"),
+        (
+            "trainer.model.tabular:no_such_fn",
+            "--model_fn='trainer.model.tabular:no_such_fn': cannot load it",
+        ),
+        ("trainer.model.tabular:ONE_HOT_MAX", "is not a function"),
+    ],
+)
 def test_bad_model_fn_is_named(spec, fragment):
     with pytest.raises(model_lib.ModelFnError) as e:
         model_lib.load_model_fn(spec)
@@ -199,8 +222,9 @@ def test_model_with_wrong_outputs_is_rejected(fake_gcs, job_uri, monkeypatch):
 
     def wide(schema, num_outputs, config):
         inputs = model_lib.feature_inputs(schema)
-        return keras.Model(inputs, keras.layers.Dense(num_outputs + 1)(
-            model_lib.preprocess(inputs, schema)))
+        return keras.Model(
+            inputs, keras.layers.Dense(num_outputs + 1)(model_lib.preprocess(inputs, schema))
+        )
 
     module.wide = wide
     monkeypatch.setitem(sys.modules, "bad_models", module)
@@ -211,10 +235,14 @@ def test_model_with_wrong_outputs_is_rejected(fake_gcs, job_uri, monkeypatch):
 def test_feature_names_keras_would_refuse_still_build_and_serve():
     schema = schema_lib.Schema(
         label=schema_lib.Label("label", "int", (0, 1)),
-        features=(schema_lib.Feature("od280/od315 of wine", "float", "numeric"),
-                  schema_lib.Feature("kind/of", "string", "categorical", vocabulary=("a",))))
-    config = config_lib.make_config(env={}, train_data="x", label="label", task="binary",
-                                    job_dir="/tmp/unused")
+        features=(
+            schema_lib.Feature("od280/od315 of wine", "float", "numeric"),
+            schema_lib.Feature("kind/of", "string", "categorical", vocabulary=("a",)),
+        ),
+    )
+    config = config_lib.make_config(
+        env={}, train_data="x", label="label", task="binary", job_dir="/tmp/unused"
+    )
     model = model_lib.build(schema, 1, config)
     out = model({"od280/od315 of wine": tf.constant([[1.0]]), "kind/of": tf.constant([["a"]])})
     assert out.shape == (1, 1)

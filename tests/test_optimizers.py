@@ -35,22 +35,24 @@ def train(strategy, make_optimizer, steps=30, dtype="float32"):
         optimizer = make_optimizer()
         optimizer.build(model.trainable_variables)
     n = 32
-    data = (tf.random.stateless_uniform([n, 1], [1, 2], maxval=5, dtype=tf.int32),
-            tf.random.stateless_normal([n, 4], [3, 4]),
-            tf.random.stateless_normal([n, 1], [5, 6]))
+    data = (
+        tf.random.stateless_uniform([n, 1], [1, 2], maxval=5, dtype=tf.int32),
+        tf.random.stateless_normal([n, 4], [3, 4]),
+        tf.random.stateless_normal([n, 1], [5, 6]),
+    )
 
     def replica_step(ids, x, y):
         with tf.GradientTape() as tape:
             pred = tf.cast(model([ids, x]), tf.float32)
             loss = tf.reduce_sum((pred - y) ** 2) / n
-        grads = [tf.convert_to_tensor(g)
-                 for g in tape.gradient(loss, model.trainable_variables)]
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, model.trainable_variables)]
         grads = tf.distribute.get_replica_context().all_reduce("sum", grads)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
     replicas = strategy.num_replicas_in_sync
     batch = strategy.experimental_distribute_values_from_function(
-        lambda ctx: tuple(t[ctx.replica_id_in_sync_group::replicas] for t in data))
+        lambda ctx: tuple(t[ctx.replica_id_in_sync_group :: replicas] for t in data)
+    )
 
     @tf.function
     def step():
@@ -61,17 +63,21 @@ def train(strategy, make_optimizer, steps=30, dtype="float32"):
     return [v.numpy() for v in model.trainable_variables], optimizer
 
 
-@pytest.mark.parametrize("ours, keras_own", [
-    (lambda: optimizers.Adam(0.05), lambda: KerasAdam(0.05)),
-    (lambda: adamw(optimizers.AdamW), lambda: adamw(KerasAdamW))], ids=["adam", "adamw"])
+@pytest.mark.parametrize(
+    "ours, keras_own",
+    [
+        (lambda: optimizers.Adam(0.05), lambda: KerasAdam(0.05)),
+        (lambda: adamw(optimizers.AdamW), lambda: adamw(KerasAdamW)),
+    ],
+    ids=["adam", "adamw"],
+)
 def test_flat_update_equals_keras_update_on_one_device(ours, keras_own):
     strategy = tf.distribute.get_strategy()
     flat, optimizer = train(strategy, ours)
     reference, _ = train(strategy, keras_own)
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(flat, reference)) == 0.0
     # One moment vector of each kind for all variables: 5*3 + (7*8 + 8) + (8 + 1) values.
-    moments = [v for v in optimizer.variables if v.path.split("/")[-1] in
-               ("momentum", "velocity")]
+    moments = [v for v in optimizer.variables if v.path.split("/")[-1] in ("momentum", "velocity")]
     assert [tuple(v.shape) for v in moments] == [(88,), (88,)]
 
 

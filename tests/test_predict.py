@@ -3,35 +3,35 @@ TF Serving's REST API decodes them, for every task and both signatures."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer.serving import bodies, client
+
 from conftest import REPO, TASKS, data_globs, read_records, subprocess_env
 
-
-def load_script():
-    spec = importlib.util.spec_from_file_location(
-        "predict_script", os.path.join(REPO, "scripts", "predict.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-predict = load_script()
+# What trainer.predict is made of: its client of an export and the server's decoder.
+predict = types.SimpleNamespace(
+    vertex_body=client.vertex_body,
+    raw_body=client.raw_body,
+    send=client.send,
+    answer=bodies.answer,
+    BodyError=bodies.BodyError,
+)
 
 
 def records_with_a_missing_feature(store, task: str) -> list[bytes]:
     """Eval records; the sample data leaves some `income` and `color` values out."""
     records = read_records(store, data_globs(task)[1], 40)
-    missing = [r for r in records if "income" not in
-               tf.train.Example.FromString(r).features.feature]
+    missing = [
+        r for r in records if "income" not in tf.train.Example.FromString(r).features.feature
+    ]
     assert missing  # the raw body must fill them from schema.json
     return records[:6] + missing[:2]
 
@@ -54,8 +54,8 @@ def test_vertex_and_raw_bodies_get_the_same_answer(store, exported, task):
     raw = predict.raw_body(records, exported[task], model)
     assert raw["signature_name"] == "predict" and "signature_name" not in vertex
     assert set(vertex["instances"][0]) == {"b64"}
-    assert isinstance(raw["instances"][0]["age"], float)        # scalars as scalars
-    assert len(raw["instances"][0]["scores"]) == 3              # vectors as lists
+    assert isinstance(raw["instances"][0]["age"], float)  # scalars as scalars
+    assert len(raw["instances"][0]["scores"]) == 3  # vectors as lists
     # Through JSON, as they would travel.
     vertex_answer = predict.answer(json.loads(json.dumps(vertex)), model)
     raw_answer = predict.answer(json.loads(json.dumps(raw)), model)
@@ -74,21 +74,26 @@ def test_columnar_inputs_and_bare_b64_instances(store, exported):
     model = tf.saved_model.load(exported["binary"])
     records = read_records(store, data_globs("binary")[1], 3)
     rows = predict.answer(predict.vertex_body(records), model)
-    columnar = predict.answer({"inputs": {"examples": [
-        i for i in predict.vertex_body(records)["instances"]]}}, model)
-    named = predict.answer({"instances": [{"examples": i} for i in
-                                          predict.vertex_body(records)["instances"]]}, model)
+    columnar = predict.answer(
+        {"inputs": {"examples": [i for i in predict.vertex_body(records)["instances"]]}}, model
+    )
+    named = predict.answer(
+        {"instances": [{"examples": i} for i in predict.vertex_body(records)["instances"]]}, model
+    )
     assert_same_predictions(rows, columnar)
     assert_same_predictions(rows, named)
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ({"signature_name": "explain", "instances": [1]}, "signature_name 'explain' is not"),
-    ({"instances": []}, '"instances" must be a non-empty list'),
-    ({"rows": []}, 'neither "instances" nor "inputs"'),
-    ({"signature_name": "predict", "instances": [{"age": 1.0}]}, "the body is missing"),
-    ({"instances": [{"b64": "AA==", "x": 1}]}, 'must be {"b64": ...}'),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"signature_name": "explain", "instances": [1]}, "signature_name 'explain' is not"),
+        ({"instances": []}, '"instances" must be a non-empty list'),
+        ({"rows": []}, 'neither "instances" nor "inputs"'),
+        ({"signature_name": "predict", "instances": [{"age": 1.0}]}, "the body is missing"),
+        ({"instances": [{"b64": "AA==", "x": 1}]}, 'must be {"b64": ...}'),
+    ],
+)
 def test_bodies_tf_serving_would_reject_are_named(exported, body, fragment):
     model = tf.saved_model.load(exported["binary"])
     with pytest.raises(predict.BodyError, match=fragment):
@@ -96,17 +101,26 @@ def test_bodies_tf_serving_would_reject_are_named(exported, body, fragment):
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/predict.py", *args], cwd=REPO,
-                          env={**subprocess_env(), "PYTHONPATH": ""}, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "scripts/predict.py", *args],
+        cwd=REPO,
+        env={**subprocess_env(), "PYTHONPATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_command_line_round_trip_prints_no_start_up_noise(store, exported, tmp_path):
     examples = store.path(data_globs("multiclass")[1])
     answers = []
     for request in ("vertex", "raw"):
-        made = run_script(f"--model_dir={exported['multiclass']}", f"--examples={examples}",
-                          "--num=4", f"--request={request}")
+        made = run_script(
+            f"--model_dir={exported['multiclass']}",
+            f"--examples={examples}",
+            "--num=4",
+            f"--request={request}",
+        )
         assert made.returncode == 0, made.stderr[-2000:]
         assert made.stderr == ""  # TensorFlow's C++ start-up lines are not shown
         body = tmp_path / f"{request}.json"
@@ -115,8 +129,9 @@ def test_command_line_round_trip_prints_no_start_up_noise(store, exported, tmp_p
         assert answered.returncode == 0, answered.stderr[-2000:]
         answers.append(json.loads(answered.stdout))
     assert_same_predictions(*answers)
-    shown = run_script(f"--model_dir={exported['multiclass']}", f"--examples={examples}",
-                       "--label=label")
+    shown = run_script(
+        f"--model_dir={exported['multiclass']}", f"--examples={examples}", "--label=label"
+    )
     assert shown.returncode == 0 and shown.stderr == "", shown.stderr[-2000:]
     assert "example 4: prediction=" in shown.stdout and "true=" in shown.stdout
     bad = tmp_path / "bad.json"

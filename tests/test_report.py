@@ -10,9 +10,9 @@ import sys
 
 import numpy as np
 import pytest
+from headless import Page
 
 from conftest import REPO, subprocess_env
-from headless import Page
 
 
 @pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
@@ -22,14 +22,17 @@ def test_the_report_renders_in_chromium_with_every_image_and_no_request(exported
         assert os.path.exists(os.path.join(model_dir, name)), name
     text = open(os.path.join(model_dir, "report.html")).read()
     import re
+
     assert "<script" not in text and "<link" not in text and "url(" not in text
     assert re.findall(r"""(?:src|href)=['"](?!data:)""", text) == []
     page = Page(f"file://{model_dir}/report.html")
     try:
-        images = page.evaluate("Array.from(document.images).map(i => [i.complete, "
-                               "i.naturalWidth, i.naturalHeight])")
-        headings = page.evaluate("Array.from(document.querySelectorAll('h2'))"
-                                 ".map(h => h.textContent)")
+        images = page.evaluate(
+            "Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])"
+        )
+        headings = page.evaluate(
+            "Array.from(document.querySelectorAll('h2')).map(h => h.textContent)"
+        )
         png = page.screenshot()
     finally:
         page.close()
@@ -39,6 +42,7 @@ def test_the_report_renders_in_chromium_with_every_image_and_no_request(exported
     assert headings == ["The run", "Curves", "Evaluation", "Feature importance"]
     assert [u for u in page.requests if not u.startswith(("file:", "data:"))] == []
     import matplotlib.image
+
     pixels = matplotlib.image.imread(io.BytesIO(png), format="png")
     assert pixels.shape[0] >= 900 and pixels.shape[1] == 1200
     # Not blank: many distinct colours, and a good share of non-white pixels.
@@ -48,12 +52,19 @@ def test_the_report_renders_in_chromium_with_every_image_and_no_request(exported
 
 
 def run_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer.report", *args], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.report", *args],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_trainer_report_rebuilds_it_from_model_dir(exported, tmp_path):
     import shutil
+
     copy = tmp_path / "model"
     shutil.copytree(exported["binary"], copy)
     os.remove(copy / "report.html")
@@ -70,4 +81,5 @@ def test_trainer_report_on_a_folder_that_is_not_an_export(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: {tmp_path}: not an export of trainer.task (no config.json, schema.json, "
-        "metrics.json)"]
+        "metrics.json)"
+    ]

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import data_globs, make_config, read_records, run_job
 from trainer.train import selection as selection_lib
+
+from conftest import data_globs, make_config, read_records, run_job
 
 
 def small_model() -> keras.Model:
@@ -51,15 +52,22 @@ def exported_figures(store, model_dir: str) -> dict:
     round to 0 in float32, where the trainer's loss, from logits, stays finite; not AUC:
     saturated predictions tie in the trainer's 1/1000 bins.)"""
     from sklearn import metrics
+
     records = read_records(store, data_globs("binary")[1], 10_000)
     serve = tf.saved_model.load(store.path(model_dir)).signatures["serving_default"]
     probabilities = serve(examples=tf.constant(records))["probabilities"].numpy()
-    labels = np.array([tf.train.Example.FromString(r).features.feature["label"]
-                       .int64_list.value[0] for r in records])
+    labels = np.array(
+        [
+            tf.train.Example.FromString(r).features.feature["label"].int64_list.value[0]
+            for r in records
+        ]
+    )
     predicted = probabilities.argmax(1)
-    return {"accuracy": metrics.accuracy_score(labels, predicted),
-            "precision": metrics.precision_score(labels, predicted),
-            "recall": metrics.recall_score(labels, predicted)}
+    return {
+        "accuracy": metrics.accuracy_score(labels, predicted),
+        "precision": metrics.precision_score(labels, predicted),
+        "recall": metrics.recall_score(labels, predicted),
+    }
 
 
 def assert_exported_is(store, model_dir: str, figures: dict) -> None:
@@ -72,8 +80,7 @@ def assert_exported_is(store, model_dir: str, figures: dict) -> None:
 
 def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, store):
     # A learning rate far too high: validation loss moves up and down between evaluations.
-    config = make_config(fake_gcs, job_uri, train_steps=80, eval_every_steps=10,
-                         learning_rate=0.3)
+    config = make_config(fake_gcs, job_uri, train_steps=80, eval_every_steps=10, learning_rate=0.3)
     result = run_job(config)
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
     history = store.read_json(f"{job_uri}/model/history.json")["eval"]
@@ -88,20 +95,30 @@ def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, 
     assert_exported_is(store, f"{job_uri}/model", best)
     last = [e for e in history if e["step"] == 80][0]
     assert last["logLoss"] > best["logLoss"]
-    assert metrics["data"] == {"training": config.train_data,
-                               "validation": config.validation_data, "metrics": "validation"}
+    assert metrics["data"] == {
+        "training": config.train_data,
+        "validation": config.validation_data,
+        "metrics": "validation",
+    }
     assert metrics["logLoss"] == metrics["validation"]["logLoss"]
 
 
 def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, store, caplog):
     caplog.set_level(logging.INFO)
-    config = make_config(fake_gcs, job_uri, train_steps=400, eval_every_steps=10,
-                         checkpoint_every_steps=10, learning_rate=0.3,
-                         early_stopping_patience=2)
+    config = make_config(
+        fake_gcs,
+        job_uri,
+        train_steps=400,
+        eval_every_steps=10,
+        checkpoint_every_steps=10,
+        learning_rate=0.3,
+        early_stopping_patience=2,
+    )
     result = run_job(config)
     # The checkpoint of the step it stopped at holds the stop: a restart does not train on.
     assert tf.train.latest_checkpoint(store.path(config.checkpoint_dir)).endswith(
-        f"ckpt-{result.step}")
+        f"ckpt-{result.step}"
+    )
     history = [e["step"] for e in store.read_json(f"{job_uri}/model/history.json")["eval"]]
     selected = result.metrics["selection"]
     assert selected["stoppedEarly"] and result.step < 400
@@ -113,8 +130,15 @@ def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, st
 
 def test_test_data_is_evaluated_once_on_the_selected_model(fake_gcs, job_uri, store):
     train, validation = data_globs("binary")
-    config = make_config(fake_gcs, job_uri, train_steps=40, eval_every_steps=10,
-                         learning_rate=0.3, validation_data=None, test_data=validation)
+    config = make_config(
+        fake_gcs,
+        job_uri,
+        train_steps=40,
+        eval_every_steps=10,
+        learning_rate=0.3,
+        validation_data=None,
+        test_data=validation,
+    )
     result = run_job(config)
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
     assert metrics["data"]["metrics"] == "test" and metrics["data"]["test"] == validation

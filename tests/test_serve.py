@@ -18,9 +18,9 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_predict import predict, records_with_a_missing_feature
 
 from conftest import BUCKET, REPO, TASKS, data_globs, read_records, subprocess_env
-from test_predict import predict, records_with_a_missing_feature
 
 TOLERANCE = 1e-6  # server against the model called in-process
 # RSS growth allowed over 1,000 bad requests: Python's allocator keeps freed arenas, so
@@ -33,9 +33,13 @@ class Server:
 
     def __init__(self, *flags: str, **env: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer.serve", *flags], cwd=REPO,
-            env=subprocess_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
+            [sys.executable, "-m", "trainer.serve", *flags],
+            cwd=REPO,
+            env=subprocess_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         assert line.startswith("listening on "), line + self.proc.stderr.read()[-2000:]
         self.port = int(line.split()[2].split(":")[1])
@@ -80,13 +84,20 @@ def servers(exported) -> dict[str, Server]:
     # One process each (the default is one per core): every request of the leak test
     # reaches the process whose memory is measured.
     binary = Server(
-        f"--fake_gcs_root={gcs_root}", "--processes=1", AIP_HTTP_PORT="0",
+        f"--fake_gcs_root={gcs_root}",
+        "--processes=1",
+        AIP_HTTP_PORT="0",
         AIP_STORAGE_URI=f"gs://{BUCKET}/jobs/exported-binary/model",
-        AIP_HEALTH_ROUTE="/v1/health", AIP_PREDICT_ROUTE="/v1/models/m:predict")
+        AIP_HEALTH_ROUTE="/v1/health",
+        AIP_PREDICT_ROUTE="/v1/models/m:predict",
+    )
     # At once: it listens before TensorFlow has started, which takes seconds.
     binary.health_statuses.append(binary.request("GET", "/v1/health")[0])
-    started = {task: Server(f"--model_dir={exported[task]}", "--port=0", "--processes=1")
-               for task in TASKS if task != "binary"}
+    started = {
+        task: Server(f"--model_dir={exported[task]}", "--port=0", "--processes=1")
+        for task in TASKS
+        if task != "binary"
+    }
     started["binary"] = binary
     try:
         for task, server in started.items():
@@ -124,9 +135,11 @@ def flat(predictions: list) -> tuple[list, np.ndarray]:
 def in_process(model, name: str, inputs: dict) -> tuple[list, np.ndarray]:
     out = model.signatures[name](**inputs)
     values = out["probabilities"] if "probabilities" in out else out["predictions"][:, None]
-    classes = ([c.decode() if isinstance(c, bytes) else c
-                for c in out["predictions"].numpy().tolist()] if "probabilities" in out
-               else [])
+    classes = (
+        [c.decode() if isinstance(c, bytes) else c for c in out["predictions"].numpy().tolist()]
+        if "probabilities" in out
+        else []
+    )
     return classes, values.numpy().astype(np.float64)
 
 
@@ -138,14 +151,17 @@ def test_answers_match_the_model_in_process(store, exported, servers, task):
     raw = predict.raw_body(records, exported[task], model)
     # Online predict passes on "instances" and "parameters" only; rawPredict any body.
     online_raw = {"instances": raw["instances"], "parameters": {"signature_name": "predict"}}
-    expected_examples = in_process(model, "serving_default",
-                                   {"examples": tf.constant(records)})
+    expected_examples = in_process(model, "serving_default", {"examples": tf.constant(records)})
     specs = model.signatures["predict"].structured_input_signature[1]
-    columns = {k: tf.constant([i[k] for i in raw["instances"]], dtype=s.dtype)
-               for k, s in specs.items()}
+    columns = {
+        k: tf.constant([i[k] for i in raw["instances"]], dtype=s.dtype) for k, s in specs.items()
+    }
     expected_features = in_process(model, "predict", columns)
-    for body, expected in ((vertex, expected_examples), (raw, expected_features),
-                           (online_raw, expected_features)):
+    for body, expected in (
+        (vertex, expected_examples),
+        (raw, expected_features),
+        (online_raw, expected_features),
+    ):
         status, answer = servers[task].request("POST", route(task), body)
         assert status == 200, answer
         assert answer == predict.answer(json.loads(json.dumps(body)), model)  # = offline
@@ -175,12 +191,17 @@ def bad_bodies(records: list[bytes], model_dir: str, model) -> list[tuple[bytes,
         (json.dumps(missing).encode(), 400, "missing ['age']"),
         (json.dumps(wrong_type).encode(), 400, "instances[0] input 'age': 'thirty' is not"),
         (json.dumps(wrong_shape).encode(), 400, "input 'scores': expected a list of 3"),
-        (json.dumps({"instances": [example, {"b64": "%%%"}]}).encode(), 400,
-         "is not valid base64"),
-        (json.dumps({"instances": [example, {"b64": "AAAA"}]}).encode(), 400,
-         "instances[1]: not a serialized tf.Example"),
-        (json.dumps({"instances": [example], "parameters": {"signature_name": "x"}}).encode(),
-         400, "signature_name 'x' is not in the model"),
+        (json.dumps({"instances": [example, {"b64": "%%%"}]}).encode(), 400, "is not valid base64"),
+        (
+            json.dumps({"instances": [example, {"b64": "AAAA"}]}).encode(),
+            400,
+            "instances[1]: not a serialized tf.Example",
+        ),
+        (
+            json.dumps({"instances": [example], "parameters": {"signature_name": "x"}}).encode(),
+            400,
+            "signature_name 'x' is not in the model",
+        ),
         (b"x" * 1_500_001, 413, "at most 1,500,000"),
     ]
 
@@ -191,8 +212,9 @@ def test_faults_are_one_line_and_the_server_stays_healthy(store, exported, serve
     good = predict.vertex_body(records)
     status, expected = server.request("POST", "/predict", good)
     assert status == 200
-    faults = bad_bodies(records, exported["multiclass"],
-                        tf.saved_model.load(exported["multiclass"]))
+    faults = bad_bodies(
+        records, exported["multiclass"], tf.saved_model.load(exported["multiclass"])
+    )
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
 
     def send(body: bytes) -> tuple[int, dict]:
@@ -210,12 +232,15 @@ def test_faults_are_one_line_and_the_server_stays_healthy(store, exported, serve
         assert (status, fragment in answer.get("error", "")) == (want_status, True), answer
         assert "\n" not in answer["error"]
     # A request without a length, and clients that go away mid-request.
-    assert raw_exchange(server.port, b"POST /predict HTTP/1.1\r\nHost: x\r\n\r\n"
-                        ).startswith(b"HTTP/1.1 411")
+    assert raw_exchange(server.port, b"POST /predict HTTP/1.1\r\nHost: x\r\n\r\n").startswith(
+        b"HTTP/1.1 411"
+    )
     for _ in range(20):
         with socket.create_connection(("127.0.0.1", server.port)) as s:
-            s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
-                      b'{"instances": [')
+            s.sendall(
+                b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+                b'{"instances": ['
+            )
         with socket.create_connection(("127.0.0.1", server.port)) as s:
             s.sendall(b"POST /predi")
     before = server.rss_mb()
@@ -243,10 +268,21 @@ def test_predict_script_sends_its_bodies_to_the_server(store, exported, servers,
     model = tf.saved_model.load(exported["regression"])
     records = read_records(store, data_globs("regression")[1], 3)
     proc = subprocess.run(
-        [sys.executable, "scripts/predict.py", f"--model_dir={exported['regression']}",
-         f"--examples={examples}", "--num=3", "--request=raw", f"--endpoint={endpoint}"],
-        cwd=REPO, env={**subprocess_env(), "PYTHONPATH": ""}, capture_output=True,
-        text=True, timeout=120)
+        [
+            sys.executable,
+            "scripts/predict.py",
+            f"--model_dir={exported['regression']}",
+            f"--examples={examples}",
+            "--num=3",
+            "--request=raw",
+            f"--endpoint={endpoint}",
+        ],
+        cwd=REPO,
+        env={**subprocess_env(), "PYTHONPATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
     offline = predict.answer(predict.raw_body(records, exported["regression"], model), model)
     assert json.loads(proc.stdout) == offline
@@ -257,21 +293,31 @@ def test_predict_script_sends_its_bodies_to_the_server(store, exported, servers,
 
 
 def run_serve(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer.serve", *flags], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.serve", *flags],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("flags, message", [
-    ((), "error: --model_dir is required (or $AIP_STORAGE_URI, which Vertex sets)"),
-    (("--model_dir=/nonexistent",), "error: --model_dir=/nonexistent: no saved_model.pb "
-                                    "in /nonexistent"),
-    (("--model_dir=.", "--port=70000"), None),
-    (("--model_dir=.", "--predict_route=predict"), None),
-    (("--bogus=1",), "error: Unknown command line flag 'bogus'"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ((), "error: --model_dir is required (or $AIP_STORAGE_URI, which Vertex sets)"),
+        (
+            ("--model_dir=/nonexistent",),
+            "error: --model_dir=/nonexistent: no saved_model.pb in /nonexistent",
+        ),
+        (("--model_dir=.", "--port=70000"), None),
+        (("--model_dir=.", "--predict_route=predict"), None),
+        (("--bogus=1",), "error: Unknown command line flag 'bogus'"),
+    ],
+)
 def test_bad_flags_are_one_line_and_exit_2(exported, flags, message):
-    flags = tuple(f.replace("--model_dir=.", f"--model_dir={exported['binary']}")
-                  for f in flags)
+    flags = tuple(f.replace("--model_dir=.", f"--model_dir={exported['binary']}") for f in flags)
     proc = run_serve(*flags)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -285,8 +331,9 @@ def test_a_model_that_does_not_load_ends_the_server_with_one_line(tmp_path):
     proc = run_serve(f"--model_dir={tmp_path}", "--port=0")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: cannot load the model in "
-                                                   f"{tmp_path}: "), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot load the model in {tmp_path}: "
+    ), proc.stderr
     assert os.path.basename(str(tmp_path)) in lines[0]
 
 

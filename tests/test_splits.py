@@ -3,9 +3,9 @@
 import numpy as np
 import tensorflow as tf
 
+from trainer.data import records, splits
+
 from conftest import data_globs, make_config, read_records
-from trainer.data import records
-from trainer.data import splits
 
 
 def random_records(n: int, seed: int = 0) -> list[bytes]:
@@ -47,8 +47,9 @@ def test_resolve_holds_out_only_without_validation_data(fake_gcs, job_uri, store
     assert held.validation_part == splits.Part(0.1, True)
     assert held.train_part == splits.Part(0.1, False)
     assert "0.1 of the records of" in held.validation_name
-    none = splits.resolve(make_config(fake_gcs, job_uri, validation_data=None,
-                                      holdout_fraction=0), store)
+    none = splits.resolve(
+        make_config(fake_gcs, job_uri, validation_data=None, holdout_fraction=0), store
+    )
     assert none.validation_files == [] and none.train_part is None
 
 

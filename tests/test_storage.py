@@ -31,8 +31,9 @@ def test_glob_returns_sorted_gcs_uris(root):
 
 def test_glob_without_match_names_pattern_and_bucket(root):
     s = storage_lib.Storage(root)
-    with pytest.raises(storage_lib.StorageError,
-                       match=r"no file matches 'gs://bkt/data/\*.csv' in bucket 'bkt'"):
+    with pytest.raises(
+        storage_lib.StorageError, match=r"no file matches 'gs://bkt/data/\*.csv' in bucket 'bkt'"
+    ):
         s.glob("gs://bkt/data/*.csv")
 
 
@@ -89,19 +90,22 @@ def test_cloud_storage_failures_name_the_path(monkeypatch):
     filesystem is mocked at its boundary to raise what it raises then."""
     s = storage_lib.Storage()
     denied = tf.errors.PermissionDeniedError(
-        None, None, "Error executing an HTTP request: HTTP response code 403\nmore")
+        None, None, "Error executing an HTTP request: HTTP response code 403\nmore"
+    )
     monkeypatch.setattr(tf.io.gfile, "glob", lambda pattern: (_ for _ in ()).throw(denied))
     with pytest.raises(storage_lib.StorageError) as e:
         s.glob("gs://private/data/*")
-    assert str(e.value) == ("cannot list 'gs://private/data/*': Error executing an HTTP "
-                            "request: HTTP response code 403")
+    assert str(e.value) == (
+        "cannot list 'gs://private/data/*': Error executing an HTTP request: HTTP response code 403"
+    )
 
     def unavailable(*args, **kwargs):
         raise tf.errors.UnavailableError(None, None, "network unreachable")
 
     monkeypatch.setattr(tf.io.gfile, "GFile", unavailable)
-    with pytest.raises(storage_lib.StorageError,
-                       match="cannot read 'gs://b/schema.json': network unreachable"):
+    with pytest.raises(
+        storage_lib.StorageError, match="cannot read 'gs://b/schema.json': network unreachable"
+    ):
         s.read_json("gs://b/schema.json")
 
 
@@ -113,3 +117,18 @@ def test_buckets_are_created_only_under_a_fake_root(tmp_path):
     assert s.listdir("gs://fresh") == ["b"]
     with pytest.raises(storage_lib.StorageError, match="cannot create bucket 'x' without"):
         storage_lib.Storage().create_bucket("x")
+
+
+def test_publishing_puts_a_folder_in_place_whole_or_not_at_all(root):
+    store = storage_lib.Storage(root)
+    out = "gs://bkt/run/model"
+    store.write_bytes("gs://bkt/run/model.partial-dead/x", b"left by a crash")
+    with store.publishing(out) as partial:
+        store.write_bytes(f"{partial}/a", b"1")
+        assert not store.exists(out)  # nothing there until the block ends
+    assert store.read_bytes(f"{out}/a") == b"1"
+    with pytest.raises(RuntimeError), store.publishing(out) as partial:
+        store.write_bytes(f"{partial}/a", b"2")
+        raise RuntimeError("the export failed")
+    assert store.read_bytes(f"{out}/a") == b"1"  # the earlier folder, untouched
+    assert store.listdir("gs://bkt/run") == ["model"]  # no partial folder left

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from conftest import BUCKET
 from test_predict import predict
 from test_training import max_abs_diff, train
 
+from conftest import BUCKET
+
 TAGS = tuple(f"t{i}" for i in range(30))  # more than one-hot takes: embedded, as a bag
-COLORS = ("red", "green", "blue")          # few: multi-hot
+COLORS = ("red", "green", "blue")  # few: multi-hot
 
 
 def record(rng) -> tuple[bytes, int]:
@@ -24,14 +24,14 @@ def record(rng) -> tuple[bytes, int]:
     label = int(score > 0)
     feature = {
         "tags": tf.train.Feature(bytes_list=tf.train.BytesList(value=[t.encode() for t in tags])),
-        "colors": tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[c.encode() for c in colors])),
+        "colors": tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[c.encode() for c in colors])
+        ),
         "readings": tf.train.Feature(float_list=tf.train.FloatList(value=readings)),
         "noise": tf.train.Feature(float_list=tf.train.FloatList(value=[rng.normal()])),
         "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
     }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(), \
-        label
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(), label
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +47,19 @@ def varlen_data(store):
     return [r for r, _ in made[1200:]], np.array([y for _, y in made[1200:]])
 
 
-FLAGS = dict(train_data=f"gs://{BUCKET}/varlen/train.tfrecord",
-             validation_data=f"gs://{BUCKET}/varlen/eval.tfrecord", task="binary",
-             train_steps=300, learning_rate=1e-2, batch_size=32)
+FLAGS = dict(
+    train_data=f"gs://{BUCKET}/varlen/train.tfrecord",
+    validation_data=f"gs://{BUCKET}/varlen/eval.tfrecord",
+    task="binary",
+    train_steps=300,
+    learning_rate=1e-2,
+    batch_size=32,
+)
 
 
-def test_signal_in_variable_length_features_is_learnt_and_served(fake_gcs, job_uri, store,
-                                                                 varlen_data):
+def test_signal_in_variable_length_features_is_learnt_and_served(
+    fake_gcs, job_uri, store, varlen_data
+):
     records, labels = varlen_data
     _, result = train(fake_gcs, job_uri, tf.distribute.get_strategy(), **FLAGS)
     features = {f.name: f for f in result.schema.features}
@@ -66,18 +72,24 @@ def test_signal_in_variable_length_features_is_learnt_and_served(fake_gcs, job_u
     model = tf.saved_model.load(model_dir)
     served = model.signatures["serving_default"](examples=tf.constant(records))
     raw = predict.raw_body(records, model_dir, model)
-    empty = next(i for i in raw["instances"] if not any(
-        t for t in i["tags"]) and np.isnan(i["readings"]).all())  # empty lists: all pads
+    empty = next(
+        i
+        for i in raw["instances"]
+        if not any(t for t in i["tags"]) and np.isnan(i["readings"]).all()
+    )  # empty lists: all pads
     assert empty["tags"] == [""] * 4 and len(empty["readings"]) == 5
     answered = predict.answer(raw, model)
-    np.testing.assert_allclose([p["probabilities"] for p in answered["predictions"]],
-                               served["probabilities"].numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        [p["probabilities"] for p in answered["predictions"]],
+        served["probabilities"].numpy(),
+        atol=1e-6,
+    )
 
 
 def test_variable_length_features_train_alike_on_one_replica_or_two(
-        fake_gcs, job_uri, varlen_data, mirrored_two_cpus):
+    fake_gcs, job_uri, varlen_data, mirrored_two_cpus
+):
     flags = {**FLAGS, "train_steps": 20, "shard_by": "record"}
-    one, _ = train(fake_gcs, job_uri + "/one", tf.distribute.OneDeviceStrategy("/cpu:0"),
-                   **flags)
+    one, _ = train(fake_gcs, job_uri + "/one", tf.distribute.OneDeviceStrategy("/cpu:0"), **flags)
     two, _ = train(fake_gcs, job_uri + "/two", mirrored_two_cpus, **flags)
     assert max_abs_diff(one, two) <= 1e-5

@@ -19,27 +19,46 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1 as v1
 from google.cloud import storage as gcs
 
-from conftest import REPO, free_ports, subprocess_env
 from trainer.base import contracts
 from trainer.vertex import checks, images, jobs, staging
 from trainer.vertex import submit as submit_lib
 
+from conftest import REPO, free_ports, subprocess_env
+
 CPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=False)
 GPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=True)
 RETIRED_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
-BASE = dict(project="proj", region="europe-west4", display_name="run-1",
-            package_uri="gs://stage/run-1/trainer-0.1.0.tar.gz", job_dir="gs://out/run-1",
-            trainer_args=("--train_data=gs://data/train-*", "--label=y", "--task=binary"),
-            image=CPU_IMAGE)
+BASE = dict(
+    project="proj",
+    region="europe-west4",
+    display_name="run-1",
+    package_uri="gs://stage/run-1/trainer-0.1.0.tar.gz",
+    job_dir="gs://out/run-1",
+    trainer_args=("--train_data=gs://data/train-*", "--label=y", "--task=binary"),
+    image=CPU_IMAGE,
+)
 SHAPES = {
-    "one_gpu": dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
-                    accelerator_count=1, image=GPU_IMAGE),
-    "four_gpus": dict(machine_type="a2-highgpu-4g", accelerator_type="NVIDIA_TESLA_A100",
-                      accelerator_count=4, image=GPU_IMAGE),
+    "one_gpu": dict(
+        machine_type="n1-standard-8",
+        accelerator_type="NVIDIA_TESLA_T4",
+        accelerator_count=1,
+        image=GPU_IMAGE,
+    ),
+    "four_gpus": dict(
+        machine_type="a2-highgpu-4g",
+        accelerator_type="NVIDIA_TESLA_A100",
+        accelerator_count=4,
+        image=GPU_IMAGE,
+    ),
     "chief_and_3_workers": dict(machine_type="n1-standard-16", workers=4),
-    "reduction_server": dict(machine_type="g2-standard-12", accelerator_type="NVIDIA_L4",
-                             accelerator_count=1, workers=2, reduction_servers=3,
-                             image=GPU_IMAGE),
+    "reduction_server": dict(
+        machine_type="g2-standard-12",
+        accelerator_type="NVIDIA_L4",
+        accelerator_count=1,
+        workers=2,
+        reduction_servers=3,
+        image=GPU_IMAGE,
+    ),
 }
 
 
@@ -48,9 +67,16 @@ def spec(shape: str, **overrides) -> jobs.JobSpec:
 
 
 def test_one_gpu_job_field_by_field():
-    job = jobs.custom_job(spec("one_gpu", service_account="sa@proj.iam.gserviceaccount.com",
-                               labels=(("team", "ml"),), timeout_s=7200, spot=True,
-                               tensorboard="projects/proj/locations/europe-west4/tensorboards/1"))
+    job = jobs.custom_job(
+        spec(
+            "one_gpu",
+            service_account="sa@proj.iam.gserviceaccount.com",
+            labels=(("team", "ml"),),
+            timeout_s=7200,
+            spot=True,
+            tensorboard="projects/proj/locations/europe-west4/tensorboards/1",
+        )
+    )
     assert job.display_name == "run-1" and dict(job.labels) == {"team": "ml"}
     js = job.job_spec
     assert len(js.worker_pool_specs) == 1
@@ -64,7 +90,8 @@ def test_one_gpu_job_field_by_field():
     assert not container.command  # the image's entry point: install the package, train
     assert list(container.args) == list(BASE["trainer_args"])
     assert [(e.name, e.value) for e in container.env] == [
-        (contracts.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
+        (contracts.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")
+    ]
     assert not pool.python_package_spec.python_module
     assert js.base_output_directory.output_uri_prefix == "gs://out/run-1"
     assert js.service_account == "sa@proj.iam.gserviceaccount.com"
@@ -78,7 +105,9 @@ def test_four_gpu_job():
     pools = jobs.custom_job(spec("four_gpus")).job_spec.worker_pool_specs
     assert len(pools) == 1 and pools[0].replica_count == 1
     assert (pools[0].machine_spec.machine_type, pools[0].machine_spec.accelerator_count) == (
-        "a2-highgpu-4g", 4)
+        "a2-highgpu-4g",
+        4,
+    )
 
 
 def test_chief_and_three_workers_in_vertex_pool_order():
@@ -107,17 +136,28 @@ def test_rest_json_round_trips_through_from_json(shape):
 
 
 def test_hyperparameter_tuning_job():
-    config = {"metric": "accuracy", "max_trials": 12, "parallel_trials": 3, "parameters": [
-        {"name": "learning_rate", "type": "double", "min": 1e-4, "max": 0.1, "scale": "log"},
-        {"name": "hidden_units", "type": "categorical", "values": ["64,32", "256,128"]},
-        {"name": "batch_size", "type": "discrete", "values": [64, 256]}]}
+    config = {
+        "metric": "accuracy",
+        "max_trials": 12,
+        "parallel_trials": 3,
+        "parameters": [
+            {"name": "learning_rate", "type": "double", "min": 1e-4, "max": 0.1, "scale": "log"},
+            {"name": "hidden_units", "type": "categorical", "values": ["64,32", "256,128"]},
+            {"name": "batch_size", "type": "discrete", "values": [64, 256]},
+        ],
+    }
     job = jobs.hptune_job(spec("one_gpu"), config)
     metric = job.study_spec.metrics[0]
-    assert (metric.metric_id, metric.goal) == ("accuracy",
-                                               v1.StudySpec.MetricSpec.GoalType.MAXIMIZE)
+    assert (metric.metric_id, metric.goal) == (
+        "accuracy",
+        v1.StudySpec.MetricSpec.GoalType.MAXIMIZE,
+    )
     lr, hidden, batch = job.study_spec.parameters
     assert (lr.parameter_id, lr.double_value_spec.min_value, lr.double_value_spec.max_value) == (
-        "learning_rate", 1e-4, 0.1)
+        "learning_rate",
+        1e-4,
+        0.1,
+    )
     assert lr.scale_type == v1.StudySpec.ParameterSpec.ScaleType.UNIT_LOG_SCALE
     assert list(hidden.categorical_value_spec.values) == ["64,32", "256,128"]
     assert list(batch.discrete_value_spec.values) == [64.0, 256.0]
@@ -127,45 +167,86 @@ def test_hyperparameter_tuning_job():
     assert v1.HyperparameterTuningJob.from_json(jobs.to_json(job)) == job
 
 
-@pytest.mark.parametrize("config, fragment", [
-    ({"parameters": [{"name": "x", "type": "double", "min": 0, "max": 1}]}, 'no "metric"'),
-    ({"metric": "loss"}, 'no "parameters"'),
-    ({"metric": "loss", "parameters": [{"name": "x", "type": "float"}]}, "type 'float'"),
-    ({"metric": "loss", "parameters": [{"name": "x", "type": "double", "min": 0}]},
-     "parameter 'x' (double) needs 'max'"),
-    ({"metric": "loss", "goal": "up", "parameters": []}, '"goal" must be one of'),
-])
+@pytest.mark.parametrize(
+    "config, fragment",
+    [
+        ({"parameters": [{"name": "x", "type": "double", "min": 0, "max": 1}]}, 'no "metric"'),
+        ({"metric": "loss"}, 'no "parameters"'),
+        ({"metric": "loss", "parameters": [{"name": "x", "type": "float"}]}, "type 'float'"),
+        (
+            {"metric": "loss", "parameters": [{"name": "x", "type": "double", "min": 0}]},
+            "parameter 'x' (double) needs 'max'",
+        ),
+        ({"metric": "loss", "goal": "up", "parameters": []}, '"goal" must be one of'),
+    ],
+)
 def test_bad_tuning_config_is_named(config, fragment):
     with pytest.raises(jobs.JobError, match="^hp.yaml: ") as e:
         jobs.hptune_job(spec("one_gpu"), config, "hp.yaml")
     assert fragment in str(e.value)
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    (dict(machine_type="a2-highgpu-4g", accelerator_type="NVIDIA_TESLA_A100",
-          accelerator_count=2), "a2-highgpu-4g carries 4 x NVIDIA_TESLA_A100"),
-    (dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
-          accelerator_count=3), "NVIDIA_TESLA_T4 on n1 machines comes in counts of 1, 2, 4"),
-    (dict(machine_type="e2-standard-8", accelerator_type="NVIDIA_TESLA_T4",
-          accelerator_count=1), "--machine_type=e2-standard-8 takes no NVIDIA_TESLA_T4"),
-    (dict(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=0), "disagree"),
-    (dict(accelerator_type="NVIDIA_GTX_1080", accelerator_count=1), "not a Vertex accelerator"),
-    (dict(workers=0), "--workers=0"),
-    (dict(workers=1, reduction_servers=2), "--reduction_servers needs --workers >= 2"),
-    (dict(executor_image=RETIRED_IMAGE), f"--executor_image={RETIRED_IMAGE} reached its end "
-     "of availability on 2026-07-11 and Vertex AI no longer accepts it"),
-    (dict(executor_image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest"),
-     "reached its end of availability by 2026-06-28"),
-    (dict(image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest"),
-     "--image=us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest reached its end "
-     "of availability on 2026-06-28"),
-    (dict(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_T4",
-          accelerator_count=1), "train-cpu:latest is a CPU image but the job asks for GPUs"),
-    (dict(image=images.own_image("proj", "europe-west4", "serve", False)),
-     "is the package's serving image"),
-    (dict(executor_image=RETIRED_IMAGE, package_uri=None), "needs --stage_package"),
-    (dict(job_dir="/local/out"), "--job_dir='/local/out': Vertex needs a gs:// location"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (
+            dict(
+                machine_type="a2-highgpu-4g",
+                accelerator_type="NVIDIA_TESLA_A100",
+                accelerator_count=2,
+            ),
+            "a2-highgpu-4g carries 4 x NVIDIA_TESLA_A100",
+        ),
+        (
+            dict(
+                machine_type="n1-standard-8",
+                accelerator_type="NVIDIA_TESLA_T4",
+                accelerator_count=3,
+            ),
+            "NVIDIA_TESLA_T4 on n1 machines comes in counts of 1, 2, 4",
+        ),
+        (
+            dict(
+                machine_type="e2-standard-8",
+                accelerator_type="NVIDIA_TESLA_T4",
+                accelerator_count=1,
+            ),
+            "--machine_type=e2-standard-8 takes no NVIDIA_TESLA_T4",
+        ),
+        (dict(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=0), "disagree"),
+        (dict(accelerator_type="NVIDIA_GTX_1080", accelerator_count=1), "not a Vertex accelerator"),
+        (dict(workers=0), "--workers=0"),
+        (dict(workers=1, reduction_servers=2), "--reduction_servers needs --workers >= 2"),
+        (
+            dict(executor_image=RETIRED_IMAGE),
+            f"--executor_image={RETIRED_IMAGE} reached its end "
+            "of availability on 2026-07-11 and Vertex AI no longer accepts it",
+        ),
+        (
+            dict(executor_image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-15.py310:latest"),
+            "reached its end of availability by 2026-06-28",
+        ),
+        (
+            dict(image="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest"),
+            "--image=us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-16.py310:latest reached its end "
+            "of availability on 2026-06-28",
+        ),
+        (
+            dict(
+                machine_type="n1-standard-8",
+                accelerator_type="NVIDIA_TESLA_T4",
+                accelerator_count=1,
+            ),
+            "train-cpu:latest is a CPU image but the job asks for GPUs",
+        ),
+        (
+            dict(image=images.own_image("proj", "europe-west4", "serve", False)),
+            "is the package's serving image",
+        ),
+        (dict(executor_image=RETIRED_IMAGE, package_uri=None), "needs --stage_package"),
+        (dict(job_dir="/local/out"), "--job_dir='/local/out': Vertex needs a gs:// location"),
+    ],
+)
 def test_checks_reject_what_vertex_would(overrides, fragment):
     with pytest.raises(jobs.JobError) as e:
         checks.check_all(jobs.JobSpec(**{**BASE, **overrides}))
@@ -187,20 +268,26 @@ def test_prebuilt_images_until_their_date_and_the_python_package_spec():
     pool = jobs.custom_job(s).job_spec.worker_pool_specs[1]
     pkg = pool.python_package_spec
     assert (pkg.executor_image_uri, list(pkg.package_uris), pkg.python_module) == (
-        RETIRED_IMAGE, [BASE["package_uri"]], "trainer.task")
+        RETIRED_IMAGE,
+        [BASE["package_uri"]],
+        "trainer.task",
+    )
     assert list(pkg.args) == list(BASE["trainer_args"]) and not pool.container_spec.image_uri
     gpu = spec("one_gpu", executor_image=RETIRED_IMAGE)
     with pytest.raises(jobs.JobError, match="is a CPU image but the job asks for GPUs"):
         checks.check_image(gpu, today=datetime.date(2026, 1, 1))
-    assert images.end_of_availability("europe-docker.pkg.dev/vertex-ai/prediction/"
-                                      "tf2-gpu.2-15:latest", "prediction") == \
-        datetime.date(2027, 1, 14)
+    assert images.end_of_availability(
+        "europe-docker.pkg.dev/vertex-ai/prediction/tf2-gpu.2-15:latest", "prediction"
+    ) == datetime.date(2027, 1, 14)
     assert images.end_of_availability(CPU_IMAGE, "training") is None  # ours: no date
 
 
 def test_without_a_staged_package_the_image_runs_its_own_copy():
-    container = jobs.custom_job(spec("one_gpu", package_uri=None)).job_spec \
-        .worker_pool_specs[0].container_spec
+    container = (
+        jobs.custom_job(spec("one_gpu", package_uri=None))
+        .job_spec.worker_pool_specs[0]
+        .container_spec
+    )
     assert not container.env and container.image_uri == GPU_IMAGE
     checks.check_all(spec("one_gpu", package_uri=None))
 
@@ -223,9 +310,17 @@ def gcs_emulator():
     """A real local GCS emulator (gcp-storage-emulator) on a free port, for the module."""
     port = free_ports(1)[0]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys, gcp_storage_emulator.server as s; "
-         "srv = s.create_server('localhost', int(sys.argv[1]), in_memory=True); "
-         "srv.run()", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-c",
+            "import sys, gcp_storage_emulator.server as s; "
+            "srv = s.create_server('localhost', int(sys.argv[1]), in_memory=True); "
+            "srv.run()",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     host = f"http://localhost:{port}"
     try:
         for _ in range(100):
@@ -234,6 +329,7 @@ def gcs_emulator():
                 break
             except requests.ConnectionError:
                 import time
+
                 time.sleep(0.1)
         with mock.patch.dict(os.environ, {"STORAGE_EMULATOR_HOST": host}):
             client = gcs.Client(project="test", credentials=AnonymousCredentials())
@@ -250,15 +346,22 @@ def test_upload_and_data_check_against_the_emulator(gcs_emulator, tmp_path):
     sdist.write_bytes(b"package")
     uri = staging.upload(gcs_emulator, str(sdist), "gs://stage/run-1")
     assert uri == "gs://stage/run-1/trainer-0.1.0.tar.gz"
-    assert gcs_emulator.bucket("stage").blob("run-1/trainer-0.1.0.tar.gz").download_as_bytes() \
+    assert (
+        gcs_emulator.bucket("stage").blob("run-1/trainer-0.1.0.tar.gz").download_as_bytes()
         == b"package"
+    )
     for name in ("t/train-0.tfrecord", "t/train-1.tfrecord", "t/eval-0.tfrecord"):
         gcs_emulator.bucket("data").blob(name).upload_from_string(b"x")
     assert staging.glob_matches(gcs_emulator, "gs://data/t/train-*") == [
-        "gs://data/t/train-0.tfrecord", "gs://data/t/train-1.tfrecord"]
+        "gs://data/t/train-0.tfrecord",
+        "gs://data/t/train-1.tfrecord",
+    ]
     assert staging.check_data(gcs_emulator, "gs://data/t/*.tfrecord") == 3
-    with pytest.raises(jobs.JobError, match=r"no object matches --train_data=gs://data/x/\* "
-                                            "in bucket 'data'"):
+    with pytest.raises(
+        jobs.JobError,
+        match=r"no object matches --train_data=gs://data/x/\* "
+        "in bucket 'data'",
+    ):
         staging.check_data(gcs_emulator, "gs://data/x/*")
 
 
@@ -266,27 +369,32 @@ def test_submit_stages_then_creates_the_job(gcs_emulator, tmp_path):
     gcs_emulator.bucket("data").blob("d/train-0.tfrecord").upload_from_string(b"x")
     sdist = tmp_path / "trainer-0.1.0.tar.gz"
     sdist.write_bytes(b"pkg")
-    s = spec("chief_and_3_workers", trainer_args=("--train_data=gs://data/d/train-*",),
-             package_uri="gs://stage/run-2/trainer-0.1.0.tar.gz")
+    s = spec(
+        "chief_and_3_workers",
+        trainer_args=("--train_data=gs://data/d/train-*",),
+        package_uri="gs://stage/run-2/trainer-0.1.0.tar.gz",
+    )
     job = jobs.custom_job(s)
     client = mock.Mock()  # the Vertex API is the boundary we cannot reach
     client.create_custom_job.return_value = v1.CustomJob(
-        name="projects/proj/locations/europe-west4/customJobs/123")
+        name="projects/proj/locations/europe-west4/customJobs/123"
+    )
     name = submit_lib.submit(s, job, str(sdist), gcs_emulator, client)
     assert name.endswith("/customJobs/123")
     client.create_custom_job.assert_called_once_with(
-        parent="projects/proj/locations/europe-west4", custom_job=job)
+        parent="projects/proj/locations/europe-west4", custom_job=job
+    )
     assert gcs_emulator.bucket("stage").blob("run-2/trainer-0.1.0.tar.gz").exists()
     assert submit_lib.console_link(name, "proj") == (
         "https://console.cloud.google.com/vertex-ai/locations/europe-west4/training/123"
-        "?project=proj")
+        "?project=proj"
+    )
 
 
 def test_submit_without_a_staged_package_uploads_nothing(gcs_emulator):
     s = spec("one_gpu", trainer_args=(), package_uri=None, display_name="baked")
     client = mock.Mock()
-    client.create_custom_job.return_value = v1.CustomJob(name="projects/p/locations/r/"
-                                                              "customJobs/9")
+    client.create_custom_job.return_value = v1.CustomJob(name="projects/p/locations/r/customJobs/9")
     assert submit_lib.submit(s, jobs.custom_job(s), None, gcs_emulator, client).endswith("/9")
     assert not list(gcs_emulator.list_blobs("stage", prefix="baked"))
 
@@ -301,11 +409,14 @@ def test_submit_stops_before_creating_a_job_when_data_is_missing(gcs_emulator, t
     client.create_custom_job.assert_not_called()
 
 
-@pytest.mark.parametrize("error, fragment", [
-    (gexc.Forbidden("denied"), "permission denied (403)"),
-    (gexc.NotFound("no bucket"), "not found (404)"),
-    (requests.ConnectionError("connection refused"), "network error (ConnectionError)"),
-])
+@pytest.mark.parametrize(
+    "error, fragment",
+    [
+        (gexc.Forbidden("denied"), "permission denied (403)"),
+        (gexc.NotFound("no bucket"), "not found (404)"),
+        (requests.ConnectionError("connection refused"), "network error (ConnectionError)"),
+    ],
+)
 def test_storage_failures_are_explained(tmp_path, error, fragment):
     """Failure modes the emulator cannot produce: mocked at the client boundary."""
     client = mock.Mock()
@@ -320,34 +431,75 @@ def test_storage_failures_are_explained(tmp_path, error, fragment):
 
 
 def test_stream_follows_the_job_to_its_end():
-    states = iter([v1.JobState.JOB_STATE_PENDING, v1.JobState.JOB_STATE_RUNNING,
-                   v1.JobState.JOB_STATE_RUNNING, v1.JobState.JOB_STATE_SUCCEEDED])
+    states = iter(
+        [
+            v1.JobState.JOB_STATE_PENDING,
+            v1.JobState.JOB_STATE_RUNNING,
+            v1.JobState.JOB_STATE_RUNNING,
+            v1.JobState.JOB_STATE_SUCCEEDED,
+        ]
+    )
     client = mock.Mock()
     client.get_custom_job.side_effect = lambda name: v1.CustomJob(name=name, state=next(states))
     waits = []
-    assert submit_lib.stream(client, "projects/p/locations/r/customJobs/1", 5,
-                             clock=waits.append) == 0
+    assert (
+        submit_lib.stream(client, "projects/p/locations/r/customJobs/1", 5, clock=waits.append) == 0
+    )
     assert waits == [5, 5, 5]
 
 
 def dry_run(*flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "scripts/submit.py", "--project=proj", "--region=europe-west4",
-         "--staging_dir=gs://stage", "--job_dir=gs://out/run-1", "--display_name=run-1",
-         "--dry_run", *flags, "--", "--train_data=gs://data/train-*", "--label=y",
-         "--task=binary"], cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
-        timeout=120)
+        [
+            sys.executable,
+            "scripts/submit.py",
+            "--project=proj",
+            "--region=europe-west4",
+            "--staging_dir=gs://stage",
+            "--job_dir=gs://out/run-1",
+            "--display_name=run-1",
+            "--dry_run",
+            *flags,
+            "--",
+            "--train_data=gs://data/train-*",
+            "--label=y",
+            "--task=binary",
+        ],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("shape, flags, pools", [
-    ("one_gpu", ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"], [1]),
-    ("four_gpus", ["--machine_type=a2-highgpu-4g", "--accelerator_type=NVIDIA_TESLA_A100",
-                   "--accelerator_count=4"], [1]),
-    ("chief_and_3_workers", ["--workers=4"], [1, 3]),
-    ("reduction_server", ["--machine_type=g2-standard-12", "--accelerator_type=NVIDIA_L4",
-                          "--accelerator_count=1", "--workers=2", "--reduction_servers=3"],
-     [1, 1, 3]),
-])
+@pytest.mark.parametrize(
+    "shape, flags, pools",
+    [
+        ("one_gpu", ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"], [1]),
+        (
+            "four_gpus",
+            [
+                "--machine_type=a2-highgpu-4g",
+                "--accelerator_type=NVIDIA_TESLA_A100",
+                "--accelerator_count=4",
+            ],
+            [1],
+        ),
+        ("chief_and_3_workers", ["--workers=4"], [1, 3]),
+        (
+            "reduction_server",
+            [
+                "--machine_type=g2-standard-12",
+                "--accelerator_type=NVIDIA_L4",
+                "--accelerator_count=1",
+                "--workers=2",
+                "--reduction_servers=3",
+            ],
+            [1, 1, 3],
+        ),
+    ],
+)
 def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
     proc = dry_run(*flags)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -358,34 +510,47 @@ def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
     # No image flag: the package's own image, named after --project and --region.
     assert chief.image_uri == f"europe-west4-docker.pkg.dev/proj/trainer/train-{gpu}:latest"
     assert [(e.name, e.value) for e in chief.env] == [
-        (contracts.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")]
+        (contracts.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")
+    ]
     assert list(chief.args) == ["--train_data=gs://data/train-*", "--label=y", "--task=binary"]
     assert json.loads(proc.stdout)["jobSpec"]["baseOutputDirectory"] == {
-        "outputUriPrefix": "gs://out/run-1"}
+        "outputUriPrefix": "gs://out/run-1"
+    }
 
 
 def test_dry_run_with_tuning_config_and_errors(tmp_path):
     config = tmp_path / "hp.yaml"
-    config.write_text(yaml.safe_dump({"metric": "accuracy", "parameters": [
-        {"name": "learning_rate", "type": "double", "min": 0.001, "max": 0.1}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "metric": "accuracy",
+                "parameters": [
+                    {"name": "learning_rate", "type": "double", "min": 0.001, "max": 0.1}
+                ],
+            }
+        )
+    )
     proc = dry_run(f"--hptune_config={config}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     job = v1.HyperparameterTuningJob.from_json(proc.stdout)
     assert job.study_spec.metrics[0].metric_id == "accuracy"
     bad = dry_run("--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=3")
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1].startswith(
-        "error: NVIDIA_TESLA_T4 on n1 machines comes in counts of")
+    assert (
+        bad.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: NVIDIA_TESLA_T4 on n1 machines comes in counts of")
+    )
     retired = dry_run(f"--executor_image={RETIRED_IMAGE}")
     assert retired.returncode == 2
     assert retired.stderr.strip() == (
         f"error: --executor_image={RETIRED_IMAGE} reached its end of availability on "
         f"2026-07-11 and Vertex AI no longer accepts it ({images.SOURCE}); use the "
-        "package's own image (see containers/), the default without --executor_image")
+        "package's own image (see containers/), the default without --executor_image"
+    )
     baked = dry_run("--nostage_package", "--image=europe-west4-docker.pkg.dev/p/r/mine:v2")
     assert baked.returncode == 0, baked.stderr[-2000:]
-    container = v1.CustomJob.from_json(baked.stdout).job_spec.worker_pool_specs[0] \
-        .container_spec
+    container = v1.CustomJob.from_json(baked.stdout).job_spec.worker_pool_specs[0].container_spec
     assert container.image_uri.endswith("/mine:v2") and not container.env
 
 
@@ -396,8 +561,7 @@ def test_cloudbuild_steps_run_commands_of_this_repository():
     assert [s["id"] for s in steps] == ["test", "submit"]
     for step in steps:
         script = " ".join(step.get("args", []))
-        paths = [w for w in script.replace(";", " ").split()
-                 if w.startswith(("scripts/", ".ci/"))]
+        paths = [w for w in script.replace(";", " ").split() if w.startswith(("scripts/", ".ci/"))]
         assert paths, step["id"]
         for path in paths:
             assert os.path.exists(os.path.join(REPO, path)), path
@@ -411,16 +575,21 @@ def test_cloudbuild_steps_run_commands_of_this_repository():
 def test_container_build_pushes_the_images_submit_and_deploy_name():
     with open(os.path.join(REPO, "containers", "cloudbuild.yaml")) as f:
         build = yaml.safe_load(f)
-    values = {"${_REGION}": "r", "$PROJECT_ID": "p", "${_TAG}": images.DEFAULT_TAG,
-              "${_REPOSITORY}": images.DEFAULT_REPOSITORY}
+    values = {
+        "${_REGION}": "r",
+        "$PROJECT_ID": "p",
+        "${_TAG}": images.DEFAULT_TAG,
+        "${_REPOSITORY}": images.DEFAULT_REPOSITORY,
+    }
 
     def resolve(text: str) -> str:
         for key, value in values.items():
             text = text.replace(key, value)
         return text
 
-    expected = {images.own_image("p", "r", role, gpu) for role in images.ROLES
-                for gpu in (False, True)}
+    expected = {
+        images.own_image("p", "r", role, gpu) for role in images.ROLES for gpu in (False, True)
+    }
     assert {resolve(i) for i in build["images"]} == expected
     for step in build["steps"]:
         args = step["args"]

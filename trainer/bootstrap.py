@@ -1,6 +1,6 @@
 """Entry point of the training image: install the staged package, then run trainer.task.
 
-`scripts/submit.py` stages the sdist of the code being submitted and names it in
+`trainer-submit` stages the sdist of the code being submitted and names it in
 $TRAINER_PACKAGE_URI; the image carries TensorFlow, the package's dependencies and a copy
 of the package, which runs as it is when nothing is staged. So a code change costs an
 upload and seconds of `pip install` at start, not an image build (README, "Containers").
@@ -14,10 +14,8 @@ import subprocess
 import sys
 import tempfile
 
-from trainer.base import contracts
-from trainer.base import cli
+from trainer.base import cli, contracts
 from trainer.base import storage as storage_lib
-
 
 
 def fake_gcs_root(args: list[str]) -> str | None:
@@ -41,12 +39,25 @@ def install(uri: str, storage: storage_lib.Storage) -> None:
         with open(local, "wb") as f:
             f.write(storage.read_bytes(uri))
         # --no-deps: the image has them; --no-build-isolation: no download of setuptools.
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                               "--force-reinstall", "--no-build-isolation", local],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--force-reinstall",
+                "--no-build-isolation",
+                local,
+            ],
+            capture_output=True,
+            text=True,
+        )
     if proc.returncode:
-        raise RuntimeError(f"pip could not install {uri}: "
-                           f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+        raise RuntimeError(
+            f"pip could not install {uri}: {(proc.stderr or proc.stdout).strip()[-2000:]}"
+        )
 
 
 def main(args: list[str]) -> int:

@@ -30,29 +30,46 @@ import sys
 from trainer.base.quiet import quiet_stderr
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trainer-predict",
-                                     description=(__doc__ or "").splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainer-predict", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--model_dir", required=True, help="SavedModel folder")
     parser.add_argument("--examples", help="glob of TFRecord files")
     parser.add_argument("--label", default=None, help="feature to show as the true value")
     parser.add_argument("--num", type=int, default=5)
-    parser.add_argument("--request", choices=("vertex", "raw"),
-                        help="print a request body for --examples instead of predictions")
+    parser.add_argument(
+        "--request",
+        choices=("vertex", "raw"),
+        help="print a request body for --examples instead of predictions",
+    )
     parser.add_argument("--body", help="a JSON request body to answer, as TF Serving would")
-    parser.add_argument("--explain", action="store_true",
-                        help="each feature's contribution to each prediction of --examples")
-    parser.add_argument("--orders", type=int, default=64,
-                        help="--explain: random feature orders per example")
-    parser.add_argument("--endpoint", help="http://HOST:PORT of a running server "
-                        "(python -m trainer.serve): send it the --body, or the --request "
-                        "body of --examples (vertex unless said), and print its answer")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="each feature's contribution to each prediction of --examples",
+    )
+    parser.add_argument(
+        "--orders", type=int, default=64, help="--explain: random feature orders per example"
+    )
+    parser.add_argument(
+        "--endpoint",
+        help="http://HOST:PORT of a running server "
+        "(python -m trainer.serve): send it the --body, or the --request "
+        "body of --examples (vertex unless said), and print its answer",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if not args.body and not args.examples:
         parser.error("give --examples, or --body")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with quiet_stderr():  # imported once the flags are read: --help needs no TensorFlow
         import tensorflow as tf
+
         tf.constant(0)  # the runtime starts (and prints) on the first op, not at import
 
         from trainer.serving import bodies, client, explain
@@ -61,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.body:
             with open(args.body) as f:
                 body = json.load(f)
-            print(json.dumps(client.send(args.endpoint, body) if args.endpoint
-                             else bodies.answer(body, model)))
+            print(
+                json.dumps(
+                    client.send(args.endpoint, body)
+                    if args.endpoint
+                    else bodies.answer(body, model)
+                )
+            )
             return 0
         records = client.read_records(args.examples, args.num)
         if args.explain:
@@ -76,7 +98,13 @@ def main(argv: list[str] | None = None) -> int:
             client.print_predictions(model, records, args.model_dir, args.label)
             return 0
         print(json.dumps(client.send(args.endpoint, body) if args.endpoint else body))
-    except (bodies.BodyError, explain.ExplainError, OSError, json.JSONDecodeError, tf.errors.OpError) as e:
+    except (
+        bodies.BodyError,
+        explain.ExplainError,
+        OSError,
+        json.JSONDecodeError,
+        tf.errors.OpError,
+    ) as e:
         print(f"error: {e}".splitlines()[0], file=sys.stderr)
         return 2
     return 0

@@ -10,17 +10,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainer.base import cli
+from trainer.base import cli, contracts
 from trainer.base import storage as storage_lib
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.report",
-                                     description="Rebuilds model_dir/report.html.")
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.report", description=f"Rebuilds model_dir/{contracts.REPORT_FILE}."
+    )
     parser.add_argument("model_dir")
     parser.add_argument("--fake_gcs_root", default=None)
     args = parser.parse_args(argv)
     from trainer.base.quiet import quiet_stderr
+
     with quiet_stderr():  # TensorFlow (file access) prints its C++ start-up lines
         import tensorflow  # noqa: F401
 

@@ -15,8 +15,7 @@ import sys
 
 import numpy as np
 import tensorflow as tf
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from trainer.base import storage as storage_lib
 
@@ -26,8 +25,11 @@ CITIES = tuple(f"city_{i:02d}" for i in range(40))
 
 def _feature(values) -> tf.train.Feature:
     if isinstance(values[0], (bytes, str)):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[v.encode() if isinstance(v, str) else v for v in values]))
+        return tf.train.Feature(
+            bytes_list=tf.train.BytesList(
+                value=[v.encode() if isinstance(v, str) else v for v in values]
+            )
+        )
     if isinstance(values[0], (int, np.integer)):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
     return tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in values]))
@@ -43,11 +45,17 @@ def make_examples(num: int, task: str, seed: int) -> list[bytes]:
     color = rng.integers(0, len(COLORS), num)
     city = rng.integers(0, len(CITIES), num)
     city_effect = np.sin(np.arange(len(CITIES)))
-    signal = (0.04 * (age - 40) + 0.8 * (np.log(income) - 10) + 0.2 * (visits - 3)
-              + scores @ np.array([0.5, -0.3, 0.2]) + 0.6 * (color % 3 - 1)
-              + city_effect[city] + rng.normal(0, 0.3, num))
+    signal = (
+        0.04 * (age - 40)
+        + 0.8 * (np.log(income) - 10)
+        + 0.2 * (visits - 3)
+        + scores @ np.array([0.5, -0.3, 0.2])
+        + 0.6 * (color % 3 - 1)
+        + city_effect[city]
+        + rng.normal(0, 0.3, num)
+    )
     if task == "regression":
-        labels = [float(s) for s in signal]
+        labels: list = [float(s) for s in signal]
     elif task == "binary":
         labels = [int(s > 0) for s in signal]
     else:
@@ -55,8 +63,12 @@ def make_examples(num: int, task: str, seed: int) -> list[bytes]:
         labels = [("low", "mid", "high")[int(np.searchsorted(cut, s))] for s in signal]
     examples = []
     for i in range(num):
-        features = {"visits": _feature([visits[i]]), "scores": _feature(scores[i]),
-                    "city": _feature([CITIES[city[i]]]), "label": _feature([labels[i]])}
+        features = {
+            "visits": _feature([visits[i]]),
+            "scores": _feature(scores[i]),
+            "city": _feature([CITIES[city[i]]]),
+            "label": _feature([labels[i]]),
+        }
         # Missing values are absent keys, as in real exports.
         if rng.random() > 0.05:
             features["age"] = _feature([age[i]])
@@ -64,13 +76,15 @@ def make_examples(num: int, task: str, seed: int) -> list[bytes]:
             features["income"] = _feature([income[i]])
         if rng.random() > 0.05:
             features["color"] = _feature([COLORS[color[i]]])
-        examples.append(tf.train.Example(
-            features=tf.train.Features(feature=features)).SerializeToString())
+        examples.append(
+            tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+        )
     return examples
 
 
-def write_tfrecords(storage: storage_lib.Storage, prefix: str, records: list[bytes],
-                    num_shards: int) -> list[str]:
+def write_tfrecords(
+    storage: storage_lib.Storage, prefix: str, records: list[bytes], num_shards: int
+) -> list[str]:
     """Writes `records` round-robin into `prefix-0000i-of-0000n.tfrecord` files.
 
     Each shard is written under a temporary name and renamed, so a reader never sees
@@ -89,15 +103,27 @@ def write_tfrecords(storage: storage_lib.Storage, prefix: str, records: list[byt
     return uris
 
 
-def write_dataset(storage: storage_lib.Storage, output: str, task: str, train_examples: int,
-                  eval_examples: int, num_shards: int, seed: int = 0) -> dict[str, list[str]]:
+def write_dataset(
+    storage: storage_lib.Storage,
+    output: str,
+    task: str,
+    train_examples: int,
+    eval_examples: int,
+    num_shards: int,
+    seed: int = 0,
+) -> dict[str, list[str]]:
     """Writes `output/train-*.tfrecord` and `output/eval-*.tfrecord`."""
     records = make_examples(train_examples + eval_examples, task, seed)
     return {
-        "train": write_tfrecords(storage, storage_lib.join(output, "train"),
-                                 records[:train_examples], num_shards),
-        "eval": write_tfrecords(storage, storage_lib.join(output, "eval"),
-                                records[train_examples:], max(1, num_shards // 4)),
+        "train": write_tfrecords(
+            storage, storage_lib.join(output, "train"), records[:train_examples], num_shards
+        ),
+        "eval": write_tfrecords(
+            storage,
+            storage_lib.join(output, "eval"),
+            records[train_examples:],
+            max(1, num_shards // 4),
+        ),
     }
 
 
@@ -112,8 +138,11 @@ def define_flags() -> None:
     flags.DEFINE_integer("eval_examples", 4_000, "Evaluation examples.")
     flags.DEFINE_integer("num_shards", 8, "Training files.")
     flags.DEFINE_integer("seed", 0, "Random seed.")
-    flags.DEFINE_string("fake_gcs_root", None, "Serve gs://BUCKET/PATH from DIR/BUCKET/PATH; "
-                        "the bucket folders are created.")
+    flags.DEFINE_string(
+        "fake_gcs_root",
+        None,
+        "Serve gs://BUCKET/PATH from DIR/BUCKET/PATH; the bucket folders are created.",
+    )
 
 
 def main(argv):
@@ -122,13 +151,22 @@ def main(argv):
     try:
         if FLAGS.fake_gcs_root and storage_lib.is_gcs(FLAGS.output):
             storage.create_bucket(storage_lib.split_gcs(FLAGS.output)[0])
-        written = write_dataset(storage, FLAGS.output, FLAGS.task, FLAGS.train_examples,
-                                FLAGS.eval_examples, FLAGS.num_shards, FLAGS.seed)
+        written = write_dataset(
+            storage,
+            FLAGS.output,
+            FLAGS.task,
+            FLAGS.train_examples,
+            FLAGS.eval_examples,
+            FLAGS.num_shards,
+            FLAGS.seed,
+        )
     except storage_lib.StorageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {len(written['train'])} training and {len(written['eval'])} evaluation "
-          f"files under {FLAGS.output}")
+    print(
+        f"wrote {len(written['train'])} training and {len(written['eval'])} evaluation "
+        f"files under {FLAGS.output}"
+    )
     return 0
 
 

@@ -14,38 +14,55 @@ import os
 import signal
 import sys
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from trainer.base import contracts
-from trainer.serving import server as server_lib
+from trainer.base import storage as storage_lib
 from trainer.base.cli import fail as _fail
 from trainer.base.cli import parse_flags
-from trainer.base import storage as storage_lib
+from trainer.serving import server as server_lib
 
 # TensorFlow's C++ start-up lines are not for a server's log; warnings still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 F = flags.FLAGS
-flags.DEFINE_string("model_dir", None, "Export folder (saved_model.pb at its root), local "
-                    "or gs://. Default: $AIP_STORAGE_URI.")
+flags.DEFINE_string(
+    "model_dir",
+    None,
+    f"Export folder ({contracts.SAVED_MODEL} at its root), local or gs://. Default: "
+    "$AIP_STORAGE_URI.",
+)
 flags.DEFINE_integer("port", None, f"Port. Default: $AIP_HTTP_PORT, else {contracts.HTTP_PORT}.")
-flags.DEFINE_string("host", None, "Address to listen on. Default: 0.0.0.0 on Vertex "
-                    "(AIP_HTTP_PORT set), else 127.0.0.1.")
-flags.DEFINE_string("health_route", None, f"Default: $AIP_HEALTH_ROUTE, else {contracts.HEALTH_ROUTE}.")
-flags.DEFINE_string("predict_route", None, f"Default: $AIP_PREDICT_ROUTE, else {contracts.PREDICT_ROUTE}.")
-flags.DEFINE_integer("max_body_bytes", server_lib.MAX_BODY_BYTES, "Larger bodies get 413 "
-                     "(Vertex's own limit on shared public endpoints is 1.5 MB).")
+flags.DEFINE_string(
+    "host",
+    None,
+    "Address to listen on. Default: 0.0.0.0 on Vertex (AIP_HTTP_PORT set), else 127.0.0.1.",
+)
+flags.DEFINE_string(
+    "health_route", None, f"Default: $AIP_HEALTH_ROUTE, else {contracts.HEALTH_ROUTE}."
+)
+flags.DEFINE_string(
+    "predict_route", None, f"Default: $AIP_PREDICT_ROUTE, else {contracts.PREDICT_ROUTE}."
+)
+flags.DEFINE_integer(
+    "max_body_bytes",
+    server_lib.MAX_BODY_BYTES,
+    "Larger bodies get 413 (Vertex's own limit on shared public endpoints is 1.5 MB).",
+)
 # Defaults chosen by benchmarks/serving.py on 2 cores (README, "Serve locally"): one
 # process per core with one TensorFlow thread each answered 1.9x the requests/s of one
 # process (1-instance bodies, 8 clients) and cut p99 at 64 clients from 914 to 113 ms.
-flags.DEFINE_integer("processes", 0, "Server processes on the one port, each with the "
-                     "model; 0: one per core.")
-flags.DEFINE_integer("tf_threads", 0, "TensorFlow's threads per process, within one op "
-                     "(intra-op) and across ops (inter-op); 0: the cores shared out among "
-                     "the processes.")
-flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
-                    "DIR/BUCKET/PATH.")
+flags.DEFINE_integer(
+    "processes", 0, "Server processes on the one port, each with the model; 0: one per core."
+)
+flags.DEFINE_integer(
+    "tf_threads",
+    0,
+    "TensorFlow's threads per process, within one op "
+    "(intra-op) and across ops (inter-op); 0: the cores shared out among "
+    "the processes.",
+)
+flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from DIR/BUCKET/PATH.")
 
 
 def make_config(env: dict) -> server_lib.ServerConfig:
@@ -58,20 +75,23 @@ def make_config(env: dict) -> server_lib.ServerConfig:
     if not model_dir:
         raise ValueError("--model_dir is required (or $AIP_STORAGE_URI, which Vertex sets)")
     path = storage_lib.Storage(F.fake_gcs_root).path(model_dir)
-    if not storage_lib.is_gcs(path) and not os.path.isfile(os.path.join(path,
-                                                                         contracts.SAVED_MODEL)):
-        raise ValueError(f"--model_dir={model_dir}: no saved_model.pb in {path}")
+    if not storage_lib.is_gcs(path) and not os.path.isfile(
+        os.path.join(path, contracts.SAVED_MODEL)
+    ):
+        raise ValueError(f"--model_dir={model_dir}: no {contracts.SAVED_MODEL} in {path}")
     port = F.port if F.port is not None else env.get("AIP_HTTP_PORT", str(contracts.HTTP_PORT))
     if not str(port).isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"port {port!r} (--port or $AIP_HTTP_PORT): expected 0-65535")
     routes = {}
-    for name, var, default in (("health_route", "AIP_HEALTH_ROUTE", contracts.HEALTH_ROUTE),
-                               ("predict_route", "AIP_PREDICT_ROUTE",
-                                contracts.PREDICT_ROUTE)):
+    for name, var, default in (
+        ("health_route", "AIP_HEALTH_ROUTE", contracts.HEALTH_ROUTE),
+        ("predict_route", "AIP_PREDICT_ROUTE", contracts.PREDICT_ROUTE),
+    ):
         routes[name] = F[name].value or env.get(var) or default
         if not routes[name].startswith("/"):
-            raise ValueError(f"--{name}={routes[name]!r} (or ${var}): expected a path "
-                             "starting with /")
+            raise ValueError(
+                f"--{name}={routes[name]!r} (or ${var}): expected a path starting with /"
+            )
     if F.max_body_bytes < 1:
         raise ValueError(f"--max_body_bytes={F.max_body_bytes}: expected 1 or more")
     if F.tf_threads < 0:
@@ -79,9 +99,14 @@ def make_config(env: dict) -> server_lib.ServerConfig:
     if F.processes < 0:
         raise ValueError(f"--processes={F.processes}: expected 0 (one per core) or more")
     host = F.host or ("0.0.0.0" if env.get("AIP_HTTP_PORT") else "127.0.0.1")
-    return server_lib.ServerConfig(model_dir=path, host=host, port=int(port),
-                                   max_body_bytes=F.max_body_bytes,
-                                   processes=F.processes or os.cpu_count() or 1, **routes)
+    return server_lib.ServerConfig(
+        model_dir=path,
+        host=host,
+        port=int(port),
+        max_body_bytes=F.max_body_bytes,
+        processes=F.processes or os.cpu_count() or 1,
+        **routes,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -92,8 +117,7 @@ def main(argv: list[str]) -> int:
     out.addFilter(lambda record: record.levelno < logging.WARNING)
     err = logging.StreamHandler(sys.stderr)
     err.setLevel(logging.WARNING)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[out, err],
-                        force=True)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[out, err], force=True)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     try:
         config = make_config(dict(os.environ))

@@ -12,18 +12,17 @@ import contextlib
 import dataclasses
 import logging
 import os
+from typing import Any
 
-from absl import app
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 
-from trainer.base import cli
+from trainer.base import cli, contracts
 from trainer.base import config as config_lib
-from trainer.base import contracts
 from trainer.base import storage as storage_lib
-from trainer.plan import defaults
 from trainer.base.cli import fail as _fail
 from trainer.base.cli import parse_flags
+from trainer.plan import defaults
 
 # TensorFlow's C++ INFO lines drown the progress lines; warnings still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -35,108 +34,201 @@ def _units(units: tuple[int, ...]) -> str:
 
 F = flags.FLAGS
 # Every default is the Config's own (or a rule's constant), quoted, never restated.
-D = {f.name: f.default for f in dataclasses.fields(config_lib.Config)}
-flags.DEFINE_string("train_data", None, "Glob of training TFRecord files (gs:// or local). "
-                    "Default: $AIP_TRAINING_DATA_URI.")
-flags.DEFINE_string("validation_data", None, "Glob of validation TFRecord files: evaluated "
-                    "during training to select the model exported. Default: "
-                    "$AIP_VALIDATION_DATA_URI; none: --holdout_fraction of the training "
-                    "records.")
+D: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(config_lib.Config)}
+flags.DEFINE_string(
+    "train_data",
+    None,
+    "Glob of training TFRecord files (gs:// or local). Default: $AIP_TRAINING_DATA_URI.",
+)
+flags.DEFINE_string(
+    "validation_data",
+    None,
+    "Glob of validation TFRecord files: evaluated "
+    "during training to select the model exported. Default: "
+    "$AIP_VALIDATION_DATA_URI; none: --holdout_fraction of the training "
+    "records.",
+)
 flags.DEFINE_alias("eval_data", "validation_data")
-flags.DEFINE_string("test_data", None, "Glob of test TFRecord files, evaluated once on the "
-                    f"selected model; {contracts.METRICS_FILE} reports it. Default: "
-                    "$AIP_TEST_DATA_URI.")
-flags.DEFINE_float("holdout_fraction", D["holdout_fraction"],
-                   "Without --validation_data, this fraction of the training records "
-                   "(chosen by a hash of each record) validates instead of training; 0: no "
-                   "validation, the last model is exported.")
-flags.DEFINE_string("selection_metric", D["selection_metric"], "Validation metric that "
-                    "selects the model exported (lower is better for losses and errors, "
-                    "higher for the rest). Default: the task's proper loss, "
-                    + ", ".join(f"{m} for {t}" for t, m in contracts.PROPER_LOSS.items())
-                    + ".")
-flags.DEFINE_integer("early_stopping_patience", D["early_stopping_patience"], "Stop after "
-                     "this many evaluations in a row without a better --selection_metric; "
-                     "0: train all --train_steps.")
+flags.DEFINE_string(
+    "test_data",
+    None,
+    "Glob of test TFRecord files, evaluated once on the "
+    f"selected model; {contracts.METRICS_FILE} reports it. Default: "
+    "$AIP_TEST_DATA_URI.",
+)
+flags.DEFINE_float(
+    "holdout_fraction",
+    D["holdout_fraction"],
+    "Without --validation_data, this fraction of the training records "
+    "(chosen by a hash of each record) validates instead of training; 0: no "
+    "validation, the last model is exported.",
+)
+flags.DEFINE_string(
+    "selection_metric",
+    D["selection_metric"],
+    "Validation metric that "
+    "selects the model exported (lower is better for losses and errors, "
+    "higher for the rest). Default: the task's proper loss, "
+    + ", ".join(f"{m} for {t}" for t, m in contracts.PROPER_LOSS.items())
+    + ".",
+)
+flags.DEFINE_integer(
+    "early_stopping_patience",
+    D["early_stopping_patience"],
+    "Stop after "
+    "this many evaluations in a row without a better --selection_metric; "
+    "0: train all --train_steps.",
+)
 flags.DEFINE_string("label", None, "Name of the target feature.")
-flags.DEFINE_string("weight", D["weight"], "Numeric feature that weights each record's loss "
-                    "and metrics (not a model input); a record without it weighs 1.")
+flags.DEFINE_string(
+    "weight",
+    D["weight"],
+    "Numeric feature that weights each record's loss "
+    "and metrics (not a model input); a record without it weighs 1.",
+)
 flags.DEFINE_enum("task", None, list(config_lib.TASKS), "What the label is.")
-flags.DEFINE_string("schema", D["schema"], "JSON feature schema; inferred from the data if "
-                    "unset.")
+flags.DEFINE_string("schema", D["schema"], "JSON feature schema; inferred from the data if unset.")
 flags.DEFINE_string("job_dir", None, "Base output folder: model/, checkpoints/, logs/ below it.")
-flags.DEFINE_string("model_dir", None, "SavedModel folder. Default: $AIP_MODEL_DIR, "
-                    "else <job_dir>/model.")
-flags.DEFINE_string("checkpoint_dir", None, "Default: $AIP_CHECKPOINT_DIR, "
-                    "else <job_dir>/checkpoints.")
-flags.DEFINE_string("tensorboard_dir", None, "Default: $AIP_TENSORBOARD_LOG_DIR, "
-                    "else <job_dir>/logs.")
-flags.DEFINE_integer("batch_size", D["batch_size"], "Global batch size, split evenly across "
-                     "replicas.")
-flags.DEFINE_integer("train_steps", D["train_steps"], "Optimizer steps in all; unset: "
-                     f"{defaults.DEFAULT_EPOCHS} epochs of the training data, at least "
-                     f"{defaults.MIN_DEFAULT_STEPS:,} and at most "
-                     f"{defaults.MAX_DEFAULT_STEPS:,} steps.")
-flags.DEFINE_float("learning_rate", D["learning_rate"], "Adam learning rate (ple_mlp: the "
-                   "first, decayed on a cosine to 0 over the run).")
-_SMALL = (f"{_units(defaults.SMALL_DATA_HIDDEN_UNITS['ple_mlp'])} below "
-          f"{defaults.SMALL_DATA_RECORDS:,} training records, "
-          f"{_units(config_lib.HIDDEN_UNITS['ple_mlp'])} from there")
-flags.DEFINE_enum("model", D["model"], list(config_lib.MODELS), "The built-in model: "
-                  "ple_mlp (robust scaling and piecewise-linear encodings of numbers; "
-                  f"{_SMALL} ReLU layers; AdamW with beta2 0.95 and a cosine schedule) or mlp "
-                  f"(standardised numbers, {_units(config_lib.HIDDEN_UNITS['mlp'])} ReLU "
-                  "layers, Adam).")
-flags.DEFINE_string("hidden_units", None, "Sizes of the hidden layers, e.g. 256,128; unset: "
-                    f"the --model's (ple_mlp: {_SMALL}; mlp: "
-                    f"{_units(config_lib.HIDDEN_UNITS['mlp'])}).")
-flags.DEFINE_integer("steps_per_loop", D["steps_per_loop"], "Steps per compiled inner loop "
-                     "(one log line).")
-flags.DEFINE_integer("eval_every_steps", D["eval_every_steps"], "Evaluate every N steps (and "
-                     f"at the end); unset: {defaults.EVALUATIONS} times per run; 0: only at "
-                     "the end.")
-flags.DEFINE_integer("eval_steps", D["eval_steps"], "Batches per evaluation; 0: all of the "
-                     "validation data.")
-flags.DEFINE_integer("checkpoint_every_steps", D["checkpoint_every_steps"], "Checkpoint every "
-                     "N steps; 0: at the end.")
-flags.DEFINE_integer("seed", D["seed"], "Seed for initialisation and data order; unset, one "
-                     "is derived from --train_data and --checkpoint_dir.")
-flags.DEFINE_integer("shuffle_buffer", D["shuffle_buffer"], "Streamed training data: records "
-                     "permuted together (a window).")
-flags.DEFINE_enum("cache", D["cache"], list(config_lib.CACHE_POLICIES),
-                  "Training records: memory (read and parse once, fully reshuffled every "
-                  "epoch), off (stream from the files), auto (memory when the files total "
-                  f"at most {storage_lib.human_bytes(defaults.MEMORY_BUDGET_BYTES)}).")
-flags.DEFINE_integer("schema_sample_records", D["schema_sample_records"], "Records read to "
-                     "infer the schema.")
-flags.DEFINE_string("model_fn", D["model_fn"], "Custom model builder, "
-                    "'package.module:function'.")
-flags.DEFINE_enum("strategy", D["strategy"], list(config_lib.STRATEGIES),
-                  "Distribution strategy; auto decides from TF_CONFIG/CLUSTER_SPEC and GPUs.")
-flags.DEFINE_bool("run_eagerly", D["run_eagerly"], "Run the training step eagerly, for "
-                  "debugging.")
-flags.DEFINE_enum("shard_by", D["shard_by"], list(config_lib.SHARD_POLICIES),
-                  "How workers split the data; auto: by file if there are enough files.")
-flags.DEFINE_integer("cpu_devices", D["cpu_devices"], "Without GPUs, split the CPU into this "
-                     "many logical devices (mirrored replicas), to debug multi-replica runs "
-                     "locally.")
-flags.DEFINE_bool("skip_corrupt_records", D["skip_corrupt_records"], "Log and skip corrupt "
-                  "TFRecord data (the rest of a corrupt file) instead of stopping.")
-flags.DEFINE_string("hptune_metric", D["hptune_metric"], "Validation metric of the selected "
-                    "model reported to Vertex hyperparameter tuning when run as a trial ("
-                    + ", ".join(dict.fromkeys(m for ms in contracts.TASK_METRICS.values()
-                                              for m in ms)) + ").")
-flags.DEFINE_enum("log_format", "auto", list(cli.FORMATS), "json: one JSON object per line "
-                  "on stdout with its severity, as Cloud Logging reads it; text: lines on "
-                  "stderr; auto: json on Vertex AI (CLOUD_ML_JOB_ID is set), else text.")
-flags.DEFINE_string("fake_gcs_root", D["fake_gcs_root"], "Serve every gs://BUCKET/PATH from "
-                    "DIR/BUCKET/PATH: run the cloud command line locally.")
+flags.DEFINE_string(
+    "model_dir", None, "SavedModel folder. Default: $AIP_MODEL_DIR, else <job_dir>/model."
+)
+flags.DEFINE_string(
+    "checkpoint_dir", None, "Default: $AIP_CHECKPOINT_DIR, else <job_dir>/checkpoints."
+)
+flags.DEFINE_string(
+    "tensorboard_dir", None, "Default: $AIP_TENSORBOARD_LOG_DIR, else <job_dir>/logs."
+)
+flags.DEFINE_integer(
+    "batch_size", D["batch_size"], "Global batch size, split evenly across replicas."
+)
+flags.DEFINE_integer(
+    "train_steps",
+    D["train_steps"],
+    "Optimizer steps in all; unset: "
+    f"{defaults.DEFAULT_EPOCHS} epochs of the training data, at least "
+    f"{defaults.MIN_DEFAULT_STEPS:,} and at most "
+    f"{defaults.MAX_DEFAULT_STEPS:,} steps.",
+)
+flags.DEFINE_float(
+    "learning_rate",
+    D["learning_rate"],
+    "Adam learning rate (ple_mlp: the first, decayed on a cosine to 0 over the run).",
+)
+_SMALL = (
+    f"{_units(defaults.SMALL_DATA_HIDDEN_UNITS['ple_mlp'])} below "
+    f"{defaults.SMALL_DATA_RECORDS:,} training records, "
+    f"{_units(config_lib.HIDDEN_UNITS['ple_mlp'])} from there"
+)
+flags.DEFINE_enum(
+    "model",
+    D["model"],
+    list(config_lib.MODELS),
+    "The built-in model: "
+    "ple_mlp (robust scaling and piecewise-linear encodings of numbers; ReLU layers of "
+    f"{_SMALL}; AdamW with beta2 0.95 and a cosine schedule) or mlp "
+    f"(standardised numbers, {_units(config_lib.HIDDEN_UNITS['mlp'])} ReLU "
+    "layers, Adam).",
+)
+flags.DEFINE_string(
+    "hidden_units",
+    None,
+    "Sizes of the hidden layers, e.g. 256,128; unset: "
+    f"the --model's (ple_mlp: {_SMALL}; mlp: "
+    f"{_units(config_lib.HIDDEN_UNITS['mlp'])}).",
+)
+flags.DEFINE_integer(
+    "steps_per_loop", D["steps_per_loop"], "Steps per compiled inner loop (one log line)."
+)
+flags.DEFINE_integer(
+    "eval_every_steps",
+    D["eval_every_steps"],
+    "Evaluate every N steps (and "
+    f"at the end); unset: {defaults.EVALUATIONS} times per run; 0: only at "
+    "the end.",
+)
+flags.DEFINE_integer(
+    "eval_steps", D["eval_steps"], "Batches per evaluation; 0: all of the validation data."
+)
+flags.DEFINE_integer(
+    "checkpoint_every_steps",
+    D["checkpoint_every_steps"],
+    "Checkpoint every N steps; 0: at the end.",
+)
+flags.DEFINE_integer(
+    "seed",
+    D["seed"],
+    "Seed for initialisation and data order; unset, one "
+    "is derived from --train_data and --checkpoint_dir.",
+)
+flags.DEFINE_integer(
+    "shuffle_buffer",
+    D["shuffle_buffer"],
+    "Streamed training data: records permuted together (a window).",
+)
+flags.DEFINE_enum(
+    "cache",
+    D["cache"],
+    list(config_lib.CACHE_POLICIES),
+    "Training records: memory (read and parse once, fully reshuffled every "
+    "epoch), off (stream from the files), auto (memory when the files total "
+    f"at most {storage_lib.human_bytes(defaults.MEMORY_BUDGET_BYTES)}).",
+)
+flags.DEFINE_integer(
+    "schema_sample_records", D["schema_sample_records"], "Records read to infer the schema."
+)
+flags.DEFINE_string("model_fn", D["model_fn"], "Custom model builder, 'package.module:function'.")
+flags.DEFINE_enum(
+    "strategy",
+    D["strategy"],
+    list(config_lib.STRATEGIES),
+    "Distribution strategy; auto decides from TF_CONFIG/CLUSTER_SPEC and GPUs.",
+)
+flags.DEFINE_bool("run_eagerly", D["run_eagerly"], "Run the training step eagerly, for debugging.")
+flags.DEFINE_enum(
+    "shard_by",
+    D["shard_by"],
+    list(config_lib.SHARD_POLICIES),
+    "How workers split the data; auto: by file if there are enough files.",
+)
+flags.DEFINE_integer(
+    "cpu_devices",
+    D["cpu_devices"],
+    "Without GPUs, split the CPU into this "
+    "many logical devices (mirrored replicas), to debug multi-replica runs "
+    "locally.",
+)
+flags.DEFINE_bool(
+    "skip_corrupt_records",
+    D["skip_corrupt_records"],
+    "Log and skip corrupt TFRecord data (the rest of a corrupt file) instead of stopping.",
+)
+flags.DEFINE_string(
+    "hptune_metric",
+    D["hptune_metric"],
+    "Validation metric of the selected "
+    "model reported to Vertex hyperparameter tuning when run as a trial ("
+    + ", ".join(dict.fromkeys(m for ms in contracts.TASK_METRICS.values() for m in ms))
+    + ").",
+)
+flags.DEFINE_enum(
+    "log_format",
+    "auto",
+    list(cli.FORMATS),
+    "json: one JSON object per line "
+    "on stdout with its severity, as Cloud Logging reads it; text: lines on "
+    "stderr; auto: json on Vertex AI (CLOUD_ML_JOB_ID is set), else text.",
+)
+flags.DEFINE_string(
+    "fake_gcs_root",
+    D["fake_gcs_root"],
+    "Serve every gs://BUCKET/PATH from DIR/BUCKET/PATH: run the cloud command line locally.",
+)
 
 # The flags that make the Config (with the folders they are derived from).
 FIELDS = (*D, "job_dir")
 
 # Exit codes: Vertex AI restarts a task that exits non-zero.
-EXIT_PEER_LOST = 3   # another task died: restart all tasks, they resume
+EXIT_PEER_LOST = 3  # another task died: restart all tasks, they resume
 
 
 def main(argv: list[str]) -> int:
@@ -151,7 +243,8 @@ def main(argv: list[str]) -> int:
     # Under --run_eagerly TF warns on every step that eager strategies are slow; once is
     # enough, and the config line says so.
     logging.getLogger("tensorflow").addFilter(
-        lambda record: "eagerly has significant overhead" not in record.getMessage())
+        lambda record: "eagerly has significant overhead" not in record.getMessage()
+    )
     try:
         config = config_lib.make_config(env=os.environ, **{k: F[k].value for k in FIELDS})
     except config_lib.ConfigError as e:
@@ -159,12 +252,14 @@ def main(argv: list[str]) -> int:
     # Imported here so that --help and flag errors do not wait for TensorFlow. Its C++
     # start-up lines (oneDNN, CUDA probes) would be ERROR lines in Cloud Logging.
     from trainer.base.quiet import quiet_stderr
+
     with quiet_stderr() if log_format == "json" else contextlib.nullcontext():
         from trainer.plan import plan as plan_lib
         from trainer.train import distribution, hypertune, job, preemption
     try:
-        strategy, cluster = distribution.create_strategy(config.strategy, os.environ,
-                                                         config.cpu_devices)
+        strategy, cluster = distribution.create_strategy(
+            config.strategy, os.environ, config.cpu_devices
+        )
         plan = plan_lib.make_plan(config, strategy.num_replicas_in_sync)
         result = job.run(plan, strategy, cluster)
         hypertune.report(config.hptune_metric, result.metrics, os.environ)
@@ -179,7 +274,8 @@ def main(argv: list[str]) -> int:
 
 def _not_library_info(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING or not any(
-        part in record.pathname for part in ("/tensorflow/", "/keras/"))
+        part in record.pathname for part in ("/tensorflow/", "/keras/")
+    )
 
 
 if __name__ == "__main__":

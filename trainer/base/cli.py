@@ -22,8 +22,13 @@ from absl import flags
 EXIT_USER_ERROR = 2  # flags, data or environment: fix and run again
 FORMATS = ("auto", "text", "json")
 ON_VERTEX = "CLOUD_ML_JOB_ID"
-_SEVERITY = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING",
-             logging.ERROR: "ERROR", logging.CRITICAL: "CRITICAL"}
+_SEVERITY = {
+    logging.DEBUG: "DEBUG",
+    logging.INFO: "INFO",
+    logging.WARNING: "WARNING",
+    logging.ERROR: "ERROR",
+    logging.CRITICAL: "CRITICAL",
+}
 _format = None  # set by use_format; before that, from the environment
 
 
@@ -45,15 +50,19 @@ class JsonFormatter(logging.Formatter):
         message = record.getMessage()
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
-        return json.dumps({
-            "severity": _SEVERITY.get(record.levelno, "DEFAULT"),
-            "message": message,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "logging.googleapis.com/sourceLocation": {
-                "file": record.pathname, "line": str(record.lineno),
-                "function": record.funcName},
-        })
+        return json.dumps(
+            {
+                "severity": _SEVERITY.get(record.levelno, "DEFAULT"),
+                "message": message,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+                + f".{int(record.msecs):03d}Z",
+                "logging.googleapis.com/sourceLocation": {
+                    "file": record.pathname,
+                    "line": str(record.lineno),
+                    "function": record.funcName,
+                },
+            }
+        )
 
 
 def use_format(log_format: str) -> str:
@@ -63,6 +72,7 @@ def use_format(log_format: str) -> str:
     _format = resolve(log_format)
     if _format == "json":
         from absl import logging as absl_logging
+
         root = logging.getLogger()
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(JsonFormatter())
@@ -105,8 +115,13 @@ def fail(message: str, code: int = EXIT_USER_ERROR) -> int:
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's parser, with its errors (unknown flag, bad enum value, missing required
-    flag) as one line and exit code 2 like every other bad flag."""
+    flag) as one line and exit code 2 like every other bad flag, and --help (which absl
+    ends with exit code 1) ending with 0."""
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
         sys.exit(fail(str(e)))
+    except SystemExit as e:
+        if e.code == 1 and any(a in ("--help", "-h", "--helpshort", "--helpfull") for a in argv):
+            sys.exit(0)
+        raise

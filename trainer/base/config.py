@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from trainer.base import contracts
-from trainer.base import storage
+from trainer.base import contracts, storage
 
 TASKS = ("regression", "binary", "multiclass")
 # The built-in models (trainer.model.tabular.tabular_model) and optimizers
@@ -95,8 +95,13 @@ class Config:
         return d
 
 
-def output_dirs(job_dir: str | None, model_dir: str | None, checkpoint_dir: str | None,
-                tensorboard_dir: str | None, env: Mapping[str, str]) -> dict[str, str]:
+def output_dirs(
+    job_dir: str | None,
+    model_dir: str | None,
+    checkpoint_dir: str | None,
+    tensorboard_dir: str | None,
+    env: Mapping[str, str],
+) -> dict[str, str]:
     """Resolves output folders: flag, else Vertex's AIP_* variable, else under job_dir.
 
     Vertex sets AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR from the
@@ -108,9 +113,10 @@ def output_dirs(job_dir: str | None, model_dir: str | None, checkpoint_dir: str 
     """
     resolved = {}
     for key, flag_value, env_name, sub in (
-            ("model_dir", model_dir, "AIP_MODEL_DIR", "model"),
-            ("checkpoint_dir", checkpoint_dir, "AIP_CHECKPOINT_DIR", "checkpoints"),
-            ("tensorboard_dir", tensorboard_dir, "AIP_TENSORBOARD_LOG_DIR", "logs")):
+        ("model_dir", model_dir, "AIP_MODEL_DIR", "model"),
+        ("checkpoint_dir", checkpoint_dir, "AIP_CHECKPOINT_DIR", "checkpoints"),
+        ("tensorboard_dir", tensorboard_dir, "AIP_TENSORBOARD_LOG_DIR", "logs"),
+    ):
         value = flag_value or env.get(env_name) or (storage.join(job_dir, sub) if job_dir else None)
         if not value:
             raise ConfigError(f"--{key} is not set: pass --job_dir, --{key}, or set {env_name}")
@@ -128,15 +134,24 @@ def parse_hidden_units(text: str) -> tuple[int, ...]:
         ) from None
     if not units or any(u <= 0 for u in units):
         raise ConfigError(
-            f"--hidden_units={text!r}: expected comma-separated positive integers, e.g. 256,128")
+            f"--hidden_units={text!r}: expected comma-separated positive integers, e.g. 256,128"
+        )
     return units
 
 
-def make_config(*, env: Mapping[str, str], job_dir: str | None = None,
-                model_dir: str | None = None, checkpoint_dir: str | None = None,
-                tensorboard_dir: str | None = None, train_data: str | None = None,
-                validation_data: str | None = None, test_data: str | None = None,
-                hidden_units: str | tuple[int, ...] | None = None, **fields) -> Config:
+def make_config(
+    *,
+    env: Mapping[str, str],
+    job_dir: str | None = None,
+    model_dir: str | None = None,
+    checkpoint_dir: str | None = None,
+    tensorboard_dir: str | None = None,
+    train_data: str | None = None,
+    validation_data: str | None = None,
+    test_data: str | None = None,
+    hidden_units: str | tuple[int, ...] | None = None,
+    **fields: Any,
+) -> Config:
     """Builds and validates a Config from flag values and the environment.
 
     Args:
@@ -152,17 +167,23 @@ def make_config(*, env: Mapping[str, str], job_dir: str | None = None,
     """
     train_data = train_data or env.get("AIP_TRAINING_DATA_URI")
     if not train_data:
-        raise ConfigError("--train_data is not set (nor AIP_TRAINING_DATA_URI): "
-                          "expected a file glob such as gs://BUCKET/data/train-*.tfrecord")
+        raise ConfigError(
+            "--train_data is not set (nor AIP_TRAINING_DATA_URI): "
+            "expected a file glob such as gs://BUCKET/data/train-*.tfrecord"
+        )
     if isinstance(hidden_units, str):
         hidden_units = parse_hidden_units(hidden_units)
+    dirs = output_dirs(job_dir, model_dir, checkpoint_dir, tensorboard_dir, env)
     config = Config(
         train_data=train_data,
+        model_dir=dirs["model_dir"],
+        checkpoint_dir=dirs["checkpoint_dir"],
+        tensorboard_dir=dirs["tensorboard_dir"],
         validation_data=validation_data or env.get("AIP_VALIDATION_DATA_URI") or None,
         test_data=test_data or env.get("AIP_TEST_DATA_URI") or None,
         hidden_units=tuple(hidden_units) if hidden_units else None,
-        **output_dirs(job_dir, model_dir, checkpoint_dir, tensorboard_dir, env),
-        **fields)
+        **fields,
+    )
     validate(config)
     return config
 
@@ -176,15 +197,21 @@ def validate(config: Config) -> None:
     if not config.label:
         raise ConfigError("--label is not set: expected the name of the target feature")
     if config.weight and config.weight == config.label:
-        raise ConfigError(f"--weight={config.weight!r} is the label; expected another, "
-                          "numeric feature")
+        raise ConfigError(
+            f"--weight={config.weight!r} is the label; expected another, numeric feature"
+        )
     _one_of("task", config.task, TASKS)
     _one_of("model", config.model, MODELS)
     _one_of("strategy", config.strategy, STRATEGIES)
     _one_of("shard_by", config.shard_by, SHARD_POLICIES)
     _one_of("cache", config.cache, CACHE_POLICIES)
-    for name in ("batch_size", "steps_per_loop", "shuffle_buffer", "schema_sample_records",
-                 "cpu_devices"):
+    for name in (
+        "batch_size",
+        "steps_per_loop",
+        "shuffle_buffer",
+        "schema_sample_records",
+        "cpu_devices",
+    ):
         _at_least(name, getattr(config, name), 1)
     if config.train_steps is not None:
         _at_least("train_steps", config.train_steps, 1)
@@ -196,16 +223,32 @@ def validate(config: Config) -> None:
     for name in ("hptune_metric", "selection_metric"):
         value = getattr(config, name)
         if value is not None and value not in metrics:
-            raise ConfigError(f"--{name}={value!r}: --task={config.task} reports "
-                              f"{', '.join(metrics)}")
-    if not (isinstance(config.holdout_fraction, (int, float))
-            and 0 <= config.holdout_fraction <= 0.5):
-        raise ConfigError(f"--holdout_fraction={config.holdout_fraction!r}: expected a "
-                          "number from 0 (no held-out validation records) to 0.5")
+            raise ConfigError(
+                f"--{name}={value!r}: --task={config.task} reports {', '.join(metrics)}"
+            )
+    if not (
+        isinstance(config.holdout_fraction, (int, float)) and 0 <= config.holdout_fraction <= 0.5
+    ):
+        raise ConfigError(
+            f"--holdout_fraction={config.holdout_fraction!r}: expected a "
+            "number from 0 (no held-out validation records) to 0.5"
+        )
     if not config.learning_rate > 0:
         raise ConfigError(f"--learning_rate={config.learning_rate}: expected a positive number")
-    for name in ("train_data", "validation_data", "test_data", "schema", "model_dir",
-                 "checkpoint_dir", "tensorboard_dir"):
+    _check_uris(config)
+
+
+def _check_uris(config: Config) -> None:
+    """Every gs:// path names a bucket."""
+    for name in (
+        "train_data",
+        "validation_data",
+        "test_data",
+        "schema",
+        "model_dir",
+        "checkpoint_dir",
+        "tensorboard_dir",
+    ):
         value = getattr(config, name)
         if value and storage.is_gcs(value):
             try:

@@ -32,17 +32,32 @@ SIGNATURES = (SERVING_DEFAULT, PREDICT)
 # AI's model evaluation names; mae and rmse are the older short names, kept as aliases.
 # trainer.evaluate.metrics computes them, with `examples` besides.
 TASK_METRICS = {
-    "regression": ("loss", "meanAbsoluteError", "rootMeanSquaredError", "rSquared",
-                   "meanAbsolutePercentageError", "rootMeanSquaredLogError", "mae", "rmse"),
+    "regression": (
+        "loss",
+        "meanAbsoluteError",
+        "rootMeanSquaredError",
+        "rSquared",
+        "meanAbsolutePercentageError",
+        "rootMeanSquaredLogError",
+        "mae",
+        "rmse",
+    ),
     "binary": ("loss", "logLoss", "accuracy", "precision", "recall", "f1", "auRoc", "auPrc"),
     "multiclass": ("loss", "logLoss", "accuracy", "auRoc"),
 }
 # Better smaller (errors and losses); every other metric is better larger.
-MINIMIZED = ("loss", "logLoss", "mae", "rmse", "meanAbsoluteError", "rootMeanSquaredError",
-             "meanAbsolutePercentageError", "rootMeanSquaredLogError")
+MINIMIZED = (
+    "loss",
+    "logLoss",
+    "mae",
+    "rmse",
+    "meanAbsoluteError",
+    "rootMeanSquaredError",
+    "meanAbsolutePercentageError",
+    "rootMeanSquaredLogError",
+)
 # Each task's proper loss: what selects the model unless --selection_metric says.
-PROPER_LOSS = {"regression": "rootMeanSquaredError", "binary": "logLoss",
-               "multiclass": "logLoss"}
+PROPER_LOSS = {"regression": "rootMeanSquaredError", "binary": "logLoss", "multiclass": "logLoss"}
 
 
 def minimized(metric: str) -> bool:

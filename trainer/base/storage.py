@@ -19,7 +19,8 @@ import json
 import os
 import re
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 class _TensorFlowOnFirstUse:
@@ -29,6 +30,7 @@ class _TensorFlowOnFirstUse:
 
     def __getattr__(self, name: str):
         import tensorflow
+
         return getattr(tensorflow, name)
 
 
@@ -52,7 +54,7 @@ def split_gcs(uri: str) -> tuple[str, str]:
     Raises:
       StorageError: if `uri` has no bucket name.
     """
-    rest = uri[len(GCS_SCHEME):]
+    rest = uri[len(GCS_SCHEME) :]
     bucket, _, path = rest.partition("/")
     if not bucket:
         raise StorageError(f"bad Cloud Storage path {uri!r}: expected gs://BUCKET/PATH")
@@ -86,7 +88,7 @@ class Storage:
         if self.fake_gcs_root:
             root = os.path.abspath(self.fake_gcs_root) + os.sep
             if path.startswith(root):
-                return GCS_SCHEME + path[len(root):].replace(os.sep, "/")
+                return GCS_SCHEME + path[len(root) :].replace(os.sep, "/")
         return path
 
     def check_bucket(self, uri: str) -> None:
@@ -101,7 +103,8 @@ class Storage:
             if not os.path.isdir(bucket_dir):
                 raise StorageError(
                     f"bucket {bucket!r} of {uri!r} does not exist under --fake_gcs_root "
-                    f"(expected a folder {bucket_dir})")
+                    f"(expected a folder {bucket_dir})"
+                )
 
     def glob(self, pattern: str) -> list[str]:
         """Returns the sorted URIs that match `pattern`.
@@ -139,9 +142,11 @@ class Storage:
         """`uri` opened for reading text (UTF-8); `.gz` files are decompressed. A Cloud
         Storage file is read whole first (TensorFlow's files are not `io` streams)."""
         path = self.path(uri)
-        raw = io.BytesIO(self.read_bytes(uri)) if is_gcs(path) else open(path, "rb")
+        # The caller closes what this returns, and with it the file under it.
+        raw: Any = io.BytesIO(self.read_bytes(uri)) if is_gcs(path) else open(path, "rb")  # noqa: SIM115
         if uri.endswith(".gz"):
             import gzip
+
             raw = gzip.GzipFile(fileobj=raw)
         return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
 
@@ -248,7 +253,8 @@ class Storage:
             tf.io.gfile.rmtree(old)
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
+    """`n` bytes in bytes, KiB, MiB or GiB, for a log line."""
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"

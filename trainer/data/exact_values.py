@@ -25,8 +25,7 @@ PRIOR_RECORDS = 1.0
 RIDGE = 1e-3
 
 
-def worth_keeping(numbers: np.ndarray, labels: np.ndarray, classes: int,
-                  quantiles: int) -> bool:
+def worth_keeping(numbers: np.ndarray, labels: np.ndarray, classes: int, quantiles: int) -> bool:
     """True when each value's own mean label predicts held-out records better (squared
     error, summed over folds) than a piecewise-linear function of `quantiles` quantile
     edges does.
@@ -56,18 +55,21 @@ def worth_keeping(numbers: np.ndarray, labels: np.ndarray, classes: int,
 
         edges = np.unique(np.quantile(x, np.linspace(0, 1, quantiles)))
         design = _ple(x, edges)
-        weights = np.linalg.solve(design.T @ design + RIDGE * np.eye(design.shape[1]),
-                                  _weighted_sums(design, y, classes))
+        weights = np.linalg.solve(
+            design.T @ design + RIDGE * np.eye(design.shape[1]), _weighted_sums(design, y, classes)
+        )
         by_bins += _squared_error(_ple(numbers[test], edges) @ weights, labels[test], classes)
     return bool(by_value < by_bins)
 
 
-def _group_sums(groups: np.ndarray, size: int, labels: np.ndarray,
-                classes: int) -> np.ndarray:
+def _group_sums(groups: np.ndarray, size: int, labels: np.ndarray, classes: int) -> np.ndarray:
     """[size, max(classes, 1)]: the labels (one-hot for classes) summed per group."""
     if classes:
-        return np.bincount(groups * classes + labels.astype(int),
-                           minlength=size * classes).reshape(size, classes).astype(float)
+        return (
+            np.bincount(groups * classes + labels.astype(int), minlength=size * classes)
+            .reshape(size, classes)
+            .astype(float)
+        )
     return np.bincount(groups, weights=labels, minlength=size)[:, None]
 
 
@@ -76,8 +78,9 @@ def _weighted_sums(design: np.ndarray, labels: np.ndarray, classes: int) -> np.n
     without making them (1,000 classes of 10,000 records would be 10M numbers)."""
     if not classes:
         return design.T @ labels[:, None]
-    return np.stack([np.bincount(labels.astype(int), weights=column, minlength=classes)
-                     for column in design.T])
+    return np.stack(
+        [np.bincount(labels.astype(int), weights=column, minlength=classes) for column in design.T]
+    )
 
 
 def _squared_error(guess: np.ndarray, labels: np.ndarray, classes: int) -> float:
@@ -86,12 +89,11 @@ def _squared_error(guess: np.ndarray, labels: np.ndarray, classes: int) -> float
     if not classes:
         return float(np.sum((labels - guess[:, 0]) ** 2))
     picked = guess[np.arange(len(labels)), labels.astype(int)]
-    return float(np.sum(guess ** 2) - 2 * np.sum(picked) + len(labels))
+    return float(np.sum(guess**2) - 2 * np.sum(picked) + len(labels))
 
 
 def _ple(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """A constant and the piecewise-linear encoding of x over `edges`, as RobustPLE."""
     lower, width = edges[:-1], np.diff(edges)
-    bins = np.clip((x[:, None] - lower) / width, 0.0, 1.0) if len(width) else \
-        np.zeros((len(x), 0))
+    bins = np.clip((x[:, None] - lower) / width, 0.0, 1.0) if len(width) else np.zeros((len(x), 0))
     return np.hstack([np.ones((len(x), 1)), bins])

@@ -6,38 +6,52 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from trainer.data import exact_values
-from trainer.data.schema import (EXACT_VALUE_RECORDS, EXACT_VALUES, MAX_CLASSES, MAX_VARLEN,
-                                 MAX_VOCABULARY, MISSING, QUANTILES, Feature, Label, Schema,
-                                 SchemaError, Weight, check_classes)
+from trainer.data.schema import (
+    EXACT_VALUE_RECORDS,
+    EXACT_VALUES,
+    MAX_CLASSES,
+    MAX_VARLEN,
+    MAX_VOCABULARY,
+    MISSING,
+    QUANTILES,
+    Feature,
+    Label,
+    Schema,
+    SchemaError,
+    Weight,
+    check_classes,
+)
 
 
 class _Stats:
     """Running statistics of one feature over the sampled records."""
 
     def __init__(self) -> None:
-        self.kind = None  # the tf.train.Feature oneof name: float_list, int64_list, bytes_list
-        self.size = None
+        self.kind = ""  # the tf.train.Feature oneof name: float_list, int64_list, bytes_list
+        self.size = 0
         self.count = 0
         self.values_seen = 0
         self.varlen = False
         self.total = 0.0
         self.total_sq = 0.0
-        self.values = collections.Counter()
+        self.values: collections.Counter = collections.Counter()
         self.numbers: list[float] = []  # of one-value numeric features, for quantiles
         self.records: list[int] = []  # which sampled record each of `numbers` is from
 
     def add(self, kind: str, values: list, where: str, name: str, record: int) -> None:
-        if self.kind is None:
+        if not self.kind:
             self.kind, self.size = kind, len(values)
         elif kind != self.kind:
-            raise SchemaError(f"{where}: feature {name!r} is a {kind}, "
-                              f"earlier records have a {self.kind}")
+            raise SchemaError(
+                f"{where}: feature {name!r} is a {kind}, earlier records have a {self.kind}"
+            )
         elif len(values) != self.size:
             self.varlen = True  # a list of tags, of readings: of any length
             self.size = max(self.size, len(values))
@@ -58,8 +72,9 @@ class _Stats:
             self.values.update(values)
 
 
-def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
-          weight: str | None = None) -> Schema:
+def infer(
+    records: Iterable[tuple[str, bytes]], label: str, task: str, weight: str | None = None
+) -> Schema:
     """Infers a schema from serialized `tf.train.Example`s.
 
     Numeric features get mean and standard deviation for normalisation, quantiles, and
@@ -96,8 +111,10 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
     if not seen:
         raise SchemaError("no records to infer the schema from")
     if label not in stats:
-        raise SchemaError(f"label {label!r} is not a feature of the sampled records "
-                          f"(features: {', '.join(sorted(stats)) or 'none'})")
+        raise SchemaError(
+            f"label {label!r} is not a feature of the sampled records "
+            f"(features: {', '.join(sorted(stats)) or 'none'})"
+        )
 
     label_stats = stats.pop(label)
     label_spec = _infer_label(label, label_stats, task)
@@ -105,22 +122,36 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
     weight_spec = None
     if weight:
         if weight not in stats:
-            raise SchemaError(f"weight {weight!r} is not a feature of the sampled records "
-                              f"(features: {', '.join(sorted(stats)) or 'none'})")
+            raise SchemaError(
+                f"weight {weight!r} is not a feature of the sampled records "
+                f"(features: {', '.join(sorted(stats)) or 'none'})"
+            )
         w = stats.pop(weight)
         if w.kind == "bytes_list" or w.size != 1:
-            raise SchemaError(f"weight {weight!r} must be one number per record, not "
-                              f"{w.size} {'strings' if w.kind == 'bytes_list' else 'values'}")
+            raise SchemaError(
+                f"weight {weight!r} must be one number per record, not "
+                f"{w.size} {'strings' if w.kind == 'bytes_list' else 'values'}"
+            )
         weight_spec = Weight(name=weight, dtype="int" if w.kind == "int64_list" else "float")
     features = []
     for name in sorted(stats):
         s = stats[name]
         if s.kind == "bytes_list":
-            vocab = [v for v, _ in sorted(s.values.items(), key=lambda kv: (-kv[1], kv[0]))
-                     if v != MISSING][:MAX_VOCABULARY]
-            features.append(Feature(name=name, dtype="string", kind="categorical",
-                                    size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
-                                    vocabulary=tuple(vocab), varlen=s.varlen))
+            vocab = [
+                v
+                for v, _ in sorted(s.values.items(), key=lambda kv: (-kv[1], kv[0]))
+                if v != MISSING
+            ][:MAX_VOCABULARY]
+            features.append(
+                Feature(
+                    name=name,
+                    dtype="string",
+                    kind="categorical",
+                    size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
+                    vocabulary=tuple(vocab),
+                    varlen=s.varlen,
+                )
+            )
         else:
             n = s.values_seen
             mean = s.total / n
@@ -128,21 +159,33 @@ def infer(records: Iterable[tuple[str, bytes]], label: str, task: str,
             std = math.sqrt(var) if var > 1e-12 else 1.0
             one_value = s.size == 1 and not s.varlen
             distinct = np.unique(s.numbers) if one_value else ()
-            values = ()
-            if one_value and len(distinct) <= min(EXACT_VALUES,
-                                                  len(s.numbers) / EXACT_VALUE_RECORDS):
+            exact: tuple = ()
+            if one_value and len(distinct) <= min(
+                EXACT_VALUES, len(s.numbers) / EXACT_VALUE_RECORDS
+            ):
                 numbers, rows = np.asarray(s.numbers), np.asarray(s.records)
                 labelled = ~np.isnan(targets[rows])
-                if exact_values.worth_keeping(numbers[labelled], targets[rows[labelled]],
-                                              len(label_spec.classes), QUANTILES):
-                    values = tuple(float(v) for v in distinct)
-            features.append(Feature(
-                name=name, dtype="int" if s.kind == "int64_list" else "float",
-                kind="numeric", size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
-                mean=mean, std=std, varlen=s.varlen,
-                quantiles=tuple(float(q) for q in np.quantile(
-                    s.numbers, np.linspace(0, 1, QUANTILES))) if one_value else (),
-                values=values))
+                if exact_values.worth_keeping(
+                    numbers[labelled], targets[rows[labelled]], len(label_spec.classes), QUANTILES
+                ):
+                    exact = tuple(float(v) for v in distinct)
+            features.append(
+                Feature(
+                    name=name,
+                    dtype="int" if s.kind == "int64_list" else "float",
+                    kind="numeric",
+                    size=min(s.size, MAX_VARLEN) if s.varlen else s.size,
+                    mean=mean,
+                    std=std,
+                    varlen=s.varlen,
+                    quantiles=tuple(
+                        float(q) for q in np.quantile(s.numbers, np.linspace(0, 1, QUANTILES))
+                    )
+                    if one_value
+                    else (),
+                    values=exact,
+                )
+            )
     if not features:
         raise SchemaError(f"the sampled records have no features besides the label {label!r}")
     return Schema(label=label_spec, features=tuple(features), weight=weight_spec)
@@ -171,13 +214,11 @@ def _infer_label(name: str, s: _Stats, task: str) -> Label:
         var = max(s.total_sq / s.count - mean * mean, 0.0)
         # Targets far from unit scale (prices in the thousands) take an output layer
         # thousands of steps to reach: the head learns (y - mean) / std instead.
-        return Label(name=name, dtype=dtype, mean=mean,
-                     std=math.sqrt(var) if var > 1e-12 else 1.0)
+        return Label(name=name, dtype=dtype, mean=mean, std=math.sqrt(var) if var > 1e-12 else 1.0)
     if dtype == "float":
-        raise SchemaError(f"label {name!r} holds floats; --task={task} needs int or string "
-                          "class labels")
+        raise SchemaError(
+            f"label {name!r} holds floats; --task={task} needs int or string class labels"
+        )
     label = Label(name=name, dtype=dtype, classes=tuple(sorted(s.values)))
     check_classes(label, task, lambda what: SchemaError(f"label {name!r}: {what}"))
     return label
-
-

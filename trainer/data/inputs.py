@@ -8,7 +8,6 @@ batches, through `strategy.distribute_datasets_from_function`.
 
 from __future__ import annotations
 
-
 import tensorflow as tf
 
 from trainer.data import records as records_lib
@@ -27,8 +26,7 @@ def parse_features(serialized: tf.Tensor, schema: schema_lib.Schema) -> dict[str
     It uses the schema's parse spec, as `parser` does for training, so the served model
     sees its inputs exactly as training did, defaults for missing values included.
     """
-    return densify(tf.io.parse_example(serialized, schema.parse_spec(with_label=False)),
-                   schema)
+    return densify(tf.io.parse_example(serialized, schema.parse_spec(with_label=False)), schema)
 
 
 def densify(parsed: dict, schema: schema_lib.Schema) -> dict:
@@ -37,8 +35,7 @@ def densify(parsed: dict, schema: schema_lib.Schema) -> dict:
     for f in schema.features:
         if f.varlen:
             values = tf.cast(parsed[f.name], f.parsed_dtype)
-            parsed[f.name] = values.to_tensor(default_value=f.pad_value(),
-                                              shape=[None, f.size])
+            parsed[f.name] = values.to_tensor(default_value=f.pad_value(), shape=[None, f.size])
     return parsed
 
 
@@ -55,17 +52,21 @@ def label_encoder(schema: schema_lib.Schema):
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(
             tf.constant(label.classes, dtype=schema_lib.DTYPES[label.dtype]),
-            tf.range(len(label.classes), dtype=tf.int32)),
-        default_value=-1)
+            tf.range(len(label.classes), dtype=tf.int32),
+        ),
+        default_value=-1,
+    )
 
     def encode(y: tf.Tensor) -> tf.Tensor:
         index = table.lookup(y)
         check = tf.debugging.assert_non_negative(
-            index, message=f"label {label.name!r} has a value that is not one of the "
-                           f"classes {list(label.classes)[:20]} (the schema's: a class that "
-                           "the schema sample missed, as in data sorted by label, needs "
-                           "shuffled data, a larger --schema_sample_records or a --schema "
-                           "listing every class)")
+            index,
+            message=f"label {label.name!r} has a value that is not one of the "
+            f"classes {list(label.classes)[:20]} (the schema's: a class that "
+            "the schema sample missed, as in data sorted by label, needs "
+            "shuffled data, a larger --schema_sample_records or a --schema "
+            "listing every class)",
+        )
         with tf.control_dependencies([check]):
             return tf.identity(index)
 
@@ -102,33 +103,52 @@ def parser(schema: schema_lib.Schema):
         for name in checked:
             values = parsed[name]
             if isinstance(values, tf.RaggedTensor):  # before NaN pads it
-                values = values.with_flat_values(tf.debugging.check_numerics(
-                    values.flat_values, f"feature {name!r} has a non-finite value"))
+                values = values.with_flat_values(
+                    tf.debugging.check_numerics(
+                        values.flat_values, f"feature {name!r} has a non-finite value"
+                    )
+                )
             else:
                 values = tf.debugging.check_numerics(
-                    values, f"feature {name!r} has a non-finite value")
+                    values, f"feature {name!r} has a non-finite value"
+                )
             parsed[name] = values
         parsed = densify(parsed, schema)
         label = parsed.pop(schema.label.name)
         if not schema.weight:
             return parsed, encode_label(label), tf.ones(tf.shape(label), tf.float32)
         name = schema.weight.name
-        weight = tf.debugging.check_numerics(tf.cast(parsed.pop(name), tf.float32),
-                                             f"weight {name!r} has a non-finite value")
+        weight = tf.debugging.check_numerics(
+            tf.cast(parsed.pop(name), tf.float32), f"weight {name!r} has a non-finite value"
+        )
         check = tf.debugging.assert_non_negative(
-            weight, message=f"weight {name!r} has a negative value")
+            weight, message=f"weight {name!r} has a negative value"
+        )
         with tf.control_dependencies([check]):
             return parsed, encode_label(label), tf.identity(weight)
 
     return parse
 
 
-def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int,
-                 training: bool, seed: int = 0, shuffle_buffer: int = 10_000,
-                 num_shards: int = 1, shard_index: int = 0, shard_by: str = "record",
-                 step_size: int | None = None, start_step: int = 0, cache: str = "stream",
-                 records: int | None = None, skip_corrupt: bool = False,
-                 repeat: bool = False, keep=None) -> tf.data.Dataset:
+def make_dataset(
+    files: list[str],
+    schema: schema_lib.Schema,
+    *,
+    batch_size: int,
+    training: bool,
+    seed: int = 0,
+    shuffle_buffer: int = 10_000,
+    num_shards: int = 1,
+    shard_index: int = 0,
+    shard_by: str = "record",
+    step_size: int | None = None,
+    start_step: int = 0,
+    cache: str = "stream",
+    records: int | None = None,
+    skip_corrupt: bool = False,
+    repeat: bool = False,
+    keep=None,
+) -> tf.data.Dataset:
     """Builds batches of (features, label) from local or real-GCS TFRecord paths.
 
     Training order is a function of `seed` alone (see `trainer.data.records`): that is what
@@ -192,22 +212,34 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
         # failure past 2 GB), and the pipeline needs none of them.
         options.experimental_optimization.apply_default_optimizations = False
         select = lambda indices: tf.nest.map_structure(  # noqa: E731
-            lambda t: tf.gather(t, indices), data)
+            lambda t: tf.gather(t, indices), data
+        )
     else:
         # Skipping corrupt data or holding records out may leave nothing, and a stream of
         # empty epochs would never end: look for one record first when records can drop.
         if (skip_corrupt or keep) and not records_lib.any_record(
-                files, skip_corrupt=skip_corrupt, keep=keep):
+            files, skip_corrupt=skip_corrupt, keep=keep
+        ):
             raise DataError(f"no training records could be read from {len(files)} file(s)")
         whole = not (shard_by == "file" and num_shards > 1)  # this pipeline reads every file
-        ds = records_lib.stream_chunks(files, parse, seed=seed, window=shuffle_buffer,
-                                       start=start, skip_corrupt=skip_corrupt, keep=keep,
-                                       records=records if whole else None)
+        ds = records_lib.stream_chunks(
+            files,
+            parse,
+            seed=seed,
+            window=shuffle_buffer,
+            start=start,
+            skip_corrupt=skip_corrupt,
+            keep=keep,
+            records=records if whole else None,
+        )
         select = None  # parsed already
     ds = ds.rebatch(stream_step, drop_remainder=True)
     if by_record:
-        ds = ds.map(lambda *batch: tf.nest.map_structure(
-            lambda t: t[shard_index * step_size:(shard_index + 1) * step_size], batch))
+        ds = ds.map(
+            lambda *batch: tf.nest.map_structure(
+                lambda t: t[shard_index * step_size : (shard_index + 1) * step_size], batch
+            )
+        )
     if step_size != batch_size:
         ds = ds.rebatch(batch_size, drop_remainder=True)
     if select:
@@ -219,11 +251,23 @@ def make_dataset(files: list[str], schema: schema_lib.Schema, *, batch_size: int
     return ds.with_options(options).prefetch(AUTOTUNE)
 
 
-def distribute(strategy: tf.distribute.Strategy, files: list[str],
-               schema: schema_lib.Schema, *, global_batch_size: int, training: bool,
-               seed: int, shuffle_buffer: int, shard_by: str, start_step: int = 0,
-               cache: str = "stream", records: int | None = None, skip_corrupt: bool = False,
-               repeat: bool = False, keep=None):
+def distribute(
+    strategy: tf.distribute.Strategy,
+    files: list[str],
+    schema: schema_lib.Schema,
+    *,
+    global_batch_size: int,
+    training: bool,
+    seed: int,
+    shuffle_buffer: int,
+    shard_by: str,
+    start_step: int = 0,
+    cache: str = "stream",
+    records: int | None = None,
+    skip_corrupt: bool = False,
+    repeat: bool = False,
+    keep=None,
+):
     """Builds the per-replica datasets of every worker for `strategy`.
 
     Args:
@@ -237,29 +281,40 @@ def distribute(strategy: tf.distribute.Strategy, files: list[str],
       for training under MultiWorkerMirroredStrategy with one replica per worker, this
       worker's own dataset of its replica's batches (see below).
     """
+
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         per_replica = ctx.get_per_replica_batch_size(global_batch_size)
         # Each step, every pipeline hands one batch to each of its local replicas.
         per_step = per_replica * strategy.num_replicas_in_sync // ctx.num_input_pipelines
         return make_dataset(
-            files, schema, batch_size=per_replica, training=training, seed=seed,
-            shuffle_buffer=shuffle_buffer, num_shards=ctx.num_input_pipelines,
+            files,
+            schema,
+            batch_size=per_replica,
+            training=training,
+            seed=seed,
+            shuffle_buffer=shuffle_buffer,
+            num_shards=ctx.num_input_pipelines,
             shard_index=ctx.input_pipeline_id,
             shard_by=choose_sharding(shard_by, len(files), ctx.num_input_pipelines),
-            step_size=per_step, start_step=start_step, cache=cache, records=records,
-            skip_corrupt=skip_corrupt, repeat=repeat, keep=keep)
+            step_size=per_step,
+            start_step=start_step,
+            cache=cache,
+            records=records,
+            skip_corrupt=skip_corrupt,
+            repeat=repeat,
+            keep=keep,
+        )
 
     if training and _one_replica_per_worker(strategy):
-        # The same dataset_fn, with the input context the strategy would pass, iterated
-        # plainly: the distributed iterator of MultiWorkerMirroredStrategy goes through a
-        # MultiDeviceIterator whose per-batch function call took 0.72 ms of a 2-worker
-        # step on 2 cores (a profile); a 2-worker loop made 566 steps/s this way against
-        # 488. Evaluation keeps the distributed iterator, which handles uneven last batches.
+        # The same dataset_fn with the strategy's own input context, iterated plainly:
+        # 566 steps/s against 488 through the distributed iterator (docs/decisions.md).
         return dataset_fn(strategy.extended._make_input_context())
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
 def _one_replica_per_worker(strategy: tf.distribute.Strategy) -> bool:
-    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and len(strategy.extended.worker_devices) == 1
-            and hasattr(strategy.extended, "_make_input_context"))
+    return (
+        isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        and len(strategy.extended.worker_devices) == 1
+        and hasattr(strategy.extended, "_make_input_context")
+    )

@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import time
 
-
 import tensorflow as tf
 
 from trainer.base import storage as storage_lib
@@ -45,11 +44,17 @@ BLOCK = 256
 # larger batches amortise its set-up (4096 loaded 200k records in 0.8 s on 2 cores).
 LOAD_BATCH = 4096
 # Epochs are numbered up to here: "forever" for any job.
-_EPOCHS = 2 ** 62
+_EPOCHS = 2**62
 
 
-def read_blocks(paths: list[str], *, skip_corrupt: bool, block: int = BLOCK,
-                shuffled_by: tf.Tensor | None = None, keep=None) -> tf.data.Dataset:
+def read_blocks(
+    paths: list[str],
+    *,
+    skip_corrupt: bool,
+    block: int = BLOCK,
+    shuffled_by: tf.Tensor | None = None,
+    keep=None,
+) -> tf.data.Dataset:
     """Serialized records of `paths` in blocks of up to `block`, files read side by side.
 
     Args:
@@ -59,8 +64,9 @@ def read_blocks(paths: list[str], *, skip_corrupt: bool, block: int = BLOCK,
     """
     files = tf.constant(paths)
     if shuffled_by is not None:
-        files = tf.gather(files, tf.random.experimental.stateless_shuffle(
-            tf.range(len(paths)), seed=shuffled_by))
+        files = tf.gather(
+            files, tf.random.experimental.stateless_shuffle(tf.range(len(paths)), seed=shuffled_by)
+        )
 
     def read(path):
         records = tf.data.TFRecordDataset(path)
@@ -70,12 +76,11 @@ def read_blocks(paths: list[str], *, skip_corrupt: bool, block: int = BLOCK,
     # Explicit cycle: num_parallel_reads=AUTOTUNE means ceil(cores/3) files, 1 on 2 cores
     # (measured 40k records/s there, against ~500k/s for this interleave).
     return tf.data.Dataset.from_tensor_slices(files).interleave(
-        read, cycle_length=min(len(paths), CYCLE), num_parallel_calls=AUTOTUNE,
-        deterministic=True)
+        read, cycle_length=min(len(paths), CYCLE), num_parallel_calls=AUTOTUNE, deterministic=True
+    )
 
 
-def count(paths: list[str], *, skip_corrupt: bool, keep=None,
-          limit: int | None = None) -> int:
+def count(paths: list[str], *, skip_corrupt: bool, keep=None, limit: int | None = None) -> int:
     """Records in `paths` (read, not parsed) that `keep` keeps; with `limit`, reading
     stops once that many are counted (the answer is then at least `limit`)."""
     blocks = read_blocks(paths, skip_corrupt=skip_corrupt, block=LOAD_BATCH, keep=keep)
@@ -108,16 +113,21 @@ def load(paths: list[str], parse, *, skip_corrupt: bool, keep=None):
     """
     start = time.monotonic()
     with tf.device("/cpu:0"):
-        batches = list(read_blocks(paths, skip_corrupt=skip_corrupt, block=LOAD_BATCH,
-                                   keep=keep)
-                       .map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
-                       .prefetch(2))
+        batches = list(
+            read_blocks(paths, skip_corrupt=skip_corrupt, block=LOAD_BATCH, keep=keep)
+            .map(parse, num_parallel_calls=AUTOTUNE, deterministic=True)
+            .prefetch(2)
+        )
         if not batches:
             return None, 0
         data = tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *batches)
     n = int(tf.shape(tf.nest.flatten(data)[0])[0])
-    logging.info("loaded %s training records into memory (%s) in %.1f s", f"{n:,}",
-                 storage_lib.human_bytes(_nbytes(data)), time.monotonic() - start)
+    logging.info(
+        "loaded %s training records into memory (%s) in %.1f s",
+        f"{n:,}",
+        storage_lib.human_bytes(_nbytes(data)),
+        time.monotonic() - start,
+    )
     return data, n
 
 
@@ -127,24 +137,35 @@ def memory_chunks(n: int, *, seed: int, start: int) -> tf.data.Dataset:
 
     def epoch(e):
         order = tf.random.experimental.stateless_shuffle(
-            tf.range(n, dtype=tf.int64), seed=_seed(seed, e))
-        return order[tf.where(e == first_epoch, tf.constant(offset, tf.int64), 0):]
+            tf.range(n, dtype=tf.int64), seed=_seed(seed, e)
+        )
+        return order[tf.where(e == first_epoch, tf.constant(offset, tf.int64), 0) :]
 
     return tf.data.Dataset.range(first_epoch, _EPOCHS).map(epoch)
 
 
-def stream_chunks(paths: list[str], parse, *, seed: int, window: int, start: int,
-                  skip_corrupt: bool, keep=None, records: int | None = None) -> tf.data.Dataset:
+def stream_chunks(
+    paths: list[str],
+    parse,
+    *,
+    seed: int,
+    window: int,
+    start: int,
+    skip_corrupt: bool,
+    keep=None,
+    records: int | None = None,
+) -> tf.data.Dataset:
     """Windows of parsed records, from record `start` of the stream (`records`: how many
     of `paths`' records `keep` keeps, counted here when None and needed)."""
     if start and records is None:
         records = count(paths, skip_corrupt=skip_corrupt, keep=keep)
-    first_epoch, offset = divmod(start, records) if start else (0, 0)
+    first_epoch, offset = divmod(start, records) if start and records else (0, 0)
     first_window, offset = divmod(offset, window)
 
     def epoch(e):
-        windows = read_blocks(paths, skip_corrupt=skip_corrupt, shuffled_by=_seed(seed, e),
-                              keep=keep)
+        windows = read_blocks(
+            paths, skip_corrupt=skip_corrupt, shuffled_by=_seed(seed, e), keep=keep
+        )
         windows = windows.rebatch(window).enumerate()
         first = e == first_epoch
         # Windows already trained on are read but neither parsed nor permuted.
@@ -155,12 +176,12 @@ def stream_chunks(paths: list[str], parse, *, seed: int, window: int, start: int
             # the ceiling against 1.00x for permuting serialized records (string copies)
             # and parsing batches.
             order = tf.random.experimental.stateless_shuffle(
-                tf.range(tf.shape(records)[0]), seed=_seed(seed + 1 + w, e))
-            order = order[tf.where(first & (w == first_window), offset, 0):]
+                tf.range(tf.shape(records)[0]), seed=_seed(seed + 1 + w, e)
+            )
+            order = order[tf.where(first & (w == first_window), offset, 0) :]
             return tf.nest.map_structure(lambda t: tf.gather(t, order), parse(records))
 
-        return windows.map(parse_and_permute, num_parallel_calls=AUTOTUNE,
-                           deterministic=True)
+        return windows.map(parse_and_permute, num_parallel_calls=AUTOTUNE, deterministic=True)
 
     return tf.data.Dataset.range(first_epoch, _EPOCHS).flat_map(epoch)
 

@@ -5,7 +5,7 @@ parse error (TensorFlow's own names neither file nor record)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import tensorflow as tf
 
@@ -14,14 +14,20 @@ from trainer.data import schema as schema_lib
 from trainer.data.inputs import DataError, parser
 
 
-def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
-                   skip_corrupt: bool = False, keep=None) -> Iterator[tuple[str, bytes]]:
+def sample_records(
+    storage: storage_lib.Storage,
+    files: list[str],
+    limit: int,
+    skip_corrupt: bool = False,
+    keep=None,
+) -> Iterator[tuple[str, bytes]]:
     """Yields up to `limit` (where, serialized record) pairs, taken evenly from `files`
     (those that `keep`, a `trainer.data.splits.Part`, keeps).
 
     Raises:
       DataError: if a file is unreadable or corrupt (unless `skip_corrupt`), naming it.
     """
+
     def numbered(uri: tf.Tensor) -> tf.data.Dataset:
         records = tf.data.TFRecordDataset(uri)
         if skip_corrupt:
@@ -30,8 +36,11 @@ def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
         return numbered.filter(lambda u, i, r: keep(r[None])[0]) if keep else numbered
 
     paths = [storage.path(f) for f in files]
-    ds = tf.data.Dataset.from_tensor_slices(paths).interleave(
-        numbered, cycle_length=min(len(paths), 64)).take(limit)
+    ds = (
+        tf.data.Dataset.from_tensor_slices(paths)
+        .interleave(numbered, cycle_length=min(len(paths), 64))
+        .take(limit)
+    )
     it = iter(ds)
     while True:
         try:
@@ -44,8 +53,12 @@ def sample_records(storage: storage_lib.Storage, files: list[str], limit: int,
         yield f"{storage.uri(path.numpy().decode())} record {int(index)}", record.numpy()
 
 
-def bad_records(storage: storage_lib.Storage, files: list[str],
-                schema: schema_lib.Schema | None, limit: int | None = None) -> Iterator[str]:
+def bad_records(
+    storage: storage_lib.Storage,
+    files: list[str],
+    schema: schema_lib.Schema | None,
+    limit: int | None = None,
+) -> Iterator[str]:
     """Yields the first unreadable or unparsable record of each file; slow, for diagnosis.
 
     TensorFlow's read and parse errors name neither the file nor the record; this does.
@@ -75,7 +88,7 @@ def _first_bad_record(storage, uri, check, limit) -> Iterator[str]:
                 # Narrow the failing batch down to its first bad record.
                 for offset in range(int(tf.shape(batch)[0])):
                     try:
-                        check(batch[offset:offset + 1])
+                        check(batch[offset : offset + 1])
                     except tf.errors.OpError as e:
                         yield f"{uri} record {index + offset}: {storage_lib.first_line(e)}"
                         return
@@ -84,15 +97,20 @@ def _first_bad_record(storage, uri, check, limit) -> Iterator[str]:
         yield f"{uri}: {storage_lib.first_line(e)}"  # TF names the byte offset
 
 
-def find_bad_record(storage: storage_lib.Storage, files: list[str],
-                    schema: schema_lib.Schema | None, limit: int | None = None) -> str | None:
+def find_bad_record(
+    storage: storage_lib.Storage,
+    files: list[str],
+    schema: schema_lib.Schema | None,
+    limit: int | None = None,
+) -> str | None:
     """The first of `bad_records`, or None when every record is fine."""
     return next(bad_records(storage, files, schema, limit), None)
 
 
 @contextlib.contextmanager
-def naming_bad_records(storage: storage_lib.Storage, files: list[str],
-                       schema: schema_lib.Schema) -> Iterator[None]:
+def naming_bad_records(
+    storage: storage_lib.Storage, files: list[str], schema: schema_lib.Schema
+) -> Iterator[None]:
     """Turns a read or parse error of the training data into a DataError naming it."""
     try:
         yield

@@ -22,7 +22,6 @@ from typing import Any
 
 import tensorflow as tf
 
-
 DTYPES = {"float": tf.float32, "int": tf.int64, "string": tf.string}
 KINDS = ("numeric", "categorical")
 # Stands for "value absent" in categorical features; it gets its own vocabulary slot,
@@ -42,6 +41,15 @@ QUANTILES = 17
 # (diabetes: 318 records, 163 values of bmi) on quantiles.
 EXACT_VALUES = 256
 EXACT_VALUE_RECORDS = 10
+
+
+def pad_value(kind: str, dtype: str) -> Any:
+    """What fills a variable-length feature of `kind` and `dtype` (as schema.json names
+    them) after its values: the missing token for categoricals, NaN for numbers (as
+    float32). Training, serving's bodies and the attributions' baseline pad alike."""
+    if kind == "categorical":
+        return MISSING if dtype == "string" else -1
+    return float("nan")
 
 
 class SchemaError(ValueError):
@@ -72,10 +80,8 @@ class Feature:
 
     def pad_value(self) -> Any:
         """What fills a variable-length feature's dense [batch, size] tensor after its
-        values: the missing token for categoricals, NaN for numbers (as float32)."""
-        if self.kind == "categorical":
-            return MISSING if self.dtype == "string" else -1
-        return float("nan")
+        values (`pad_value`)."""
+        return pad_value(self.kind, self.dtype)
 
     @property
     def parsed_dtype(self) -> tf.DType:
@@ -123,7 +129,7 @@ class Schema:
     weight: Weight | None = None
 
     def to_json(self) -> dict:
-        label = {"name": self.label.name, "dtype": self.label.dtype}
+        label: dict[str, Any] = {"name": self.label.name, "dtype": self.label.dtype}
         if self.label.classes:
             label["classes"] = list(self.label.classes)
         else:
@@ -153,9 +159,11 @@ class Schema:
         """The `tf.io.parse_example` spec; absent features take their default, and
         variable-length ones parse as ragged tensors (`densify` pads them)."""
         spec = {
-            f.name: tf.io.RaggedFeature(DTYPES[f.dtype]) if f.varlen else
-            tf.io.FixedLenFeature([f.size], DTYPES[f.dtype],
-                                  default_value=[f.default_value()] * f.size)
+            f.name: tf.io.RaggedFeature(DTYPES[f.dtype])
+            if f.varlen
+            else tf.io.FixedLenFeature(
+                [f.size], DTYPES[f.dtype], default_value=[f.default_value()] * f.size
+            )
             for f in self.features
         }
         if with_label:
@@ -163,12 +171,12 @@ class Schema:
             spec[self.label.name] = tf.io.FixedLenFeature([], DTYPES[self.label.dtype])
             if self.weight:
                 spec[self.weight.name] = tf.io.FixedLenFeature(
-                    [], DTYPES[self.weight.dtype], default_value=1)
+                    [], DTYPES[self.weight.dtype], default_value=1
+                )
         return spec
 
 
-def from_json(obj: Any, source: str, label: str, task: str,
-              weight: str | None = None) -> Schema:
+def from_json(obj: Any, source: str, label: str, task: str, weight: str | None = None) -> Schema:
     """Reads and checks a schema given as JSON.
 
     Args:
@@ -181,6 +189,7 @@ def from_json(obj: Any, source: str, label: str, task: str,
     Raises:
       SchemaError: naming `source` and the entry at fault.
     """
+
     def fail(what: str) -> SchemaError:
         return SchemaError(f"schema {source}: {what}")
 
@@ -194,10 +203,14 @@ def from_json(obj: Any, source: str, label: str, task: str,
     except (TypeError, ValueError):
         raise fail(f"label {label!r}: mean and std must be numbers") from None
     if not (math.isfinite(mean) and math.isfinite(std) and std > 0):
-        raise fail(f"label {label!r}: mean {mean} and std {std}: expected finite numbers, "
-                   "std > 0")
-    label_spec = Label(name=label, dtype=lab.get("dtype", "float"),
-                       classes=tuple(lab.get("classes", ())), mean=mean, std=std)
+        raise fail(f"label {label!r}: mean {mean} and std {std}: expected finite numbers, std > 0")
+    label_spec = Label(
+        name=label,
+        dtype=lab.get("dtype", "float"),
+        classes=tuple(lab.get("classes", ())),
+        mean=mean,
+        std=std,
+    )
     if label_spec.dtype not in DTYPES:
         raise fail(f"label dtype {label_spec.dtype!r}: expected one of {', '.join(DTYPES)}")
     check_classes(label_spec, task, lambda what: fail(f"label {label!r}: {what}"))
@@ -223,25 +236,37 @@ def from_json(obj: Any, source: str, label: str, task: str,
             raise fail(f"feature {name!r}: categorical features need a non-empty vocabulary")
         for key in ("quantiles", "values"):
             numbers = f.get(key, [])
-            if not (isinstance(numbers, list) and all(
-                    isinstance(q, (int, float)) and math.isfinite(q) for q in numbers)
-                    and numbers == sorted(numbers)):
+            if not (
+                isinstance(numbers, list)
+                and all(isinstance(q, (int, float)) and math.isfinite(q) for q in numbers)
+                and numbers == sorted(numbers)
+            ):
                 raise fail(f"feature {name!r}: {key} {numbers!r}, expected ascending numbers")
         if f.get("values") and not f.get("quantiles"):
             # ple_mlp scales by the quantiles and would drop the values without a word.
-            raise fail(f"feature {name!r}: values without quantiles; give both, or "
-                       "delete values")
-        features.append(Feature(
-            name=name, dtype=dtype, kind=kind, size=size, mean=float(f.get("mean", 0.0)),
-            std=std if std > 0 else 1.0, vocabulary=tuple(f.get("vocabulary", ())),
-            default=None if varlen else f.get("default"), varlen=varlen,
-            quantiles=tuple(float(q) for q in f.get("quantiles", [])),
-            values=tuple(float(v) for v in f.get("values", []))))
+            raise fail(f"feature {name!r}: values without quantiles; give both, or delete values")
+        features.append(
+            Feature(
+                name=name,
+                dtype=dtype,
+                kind=kind,
+                size=size,
+                mean=float(f.get("mean", 0.0)),
+                std=std if std > 0 else 1.0,
+                vocabulary=tuple(f.get("vocabulary", ())),
+                default=None if varlen else f.get("default"),
+                varlen=varlen,
+                quantiles=tuple(float(q) for q in f.get("quantiles", [])),
+                values=tuple(float(v) for v in f.get("values", [])),
+            )
+        )
     if label in {f.name for f in features}:
         raise fail(f"label {label!r} is also listed as a feature")
     if weight in {f.name for f in features}:
-        raise fail(f"weight {weight!r} is also listed as a feature; a weight is no model "
-                   "input: remove it from the features")
+        raise fail(
+            f"weight {weight!r} is also listed as a feature; a weight is no model "
+            "input: remove it from the features"
+        )
     if not features:
         raise fail("no features")
     weight_spec = None
@@ -258,8 +283,7 @@ def check_classes(label: Label, task: str, fail) -> None:
         return
     n = len(label.classes)
     if task == "binary" and n != 2:
-        raise fail(f"--task=binary needs exactly 2 classes, found {n}: "
-                   f"{list(label.classes)[:10]}")
+        raise fail(f"--task=binary needs exactly 2 classes, found {n}: {list(label.classes)[:10]}")
     if task == "multiclass" and not 2 <= n <= MAX_CLASSES:
         raise fail(f"--task=multiclass needs 2 to {MAX_CLASSES} classes, found {n}")
     if label.dtype == "float":

@@ -58,10 +58,22 @@ def resolve(config: config_lib.Config, storage: storage_lib.Storage) -> Splits:
     train_files = storage.glob(config.train_data)
     test_files = storage.glob(config.test_data) if config.test_data else []
     if config.validation_data:
-        return Splits(train_files, None, storage.glob(config.validation_data), None,
-                      config.validation_data, test_files)
+        return Splits(
+            train_files,
+            None,
+            storage.glob(config.validation_data),
+            None,
+            config.validation_data,
+            test_files,
+        )
     if not config.holdout_fraction:
         return Splits(train_files, None, [], None, "none", test_files)
     held_out = Part(config.holdout_fraction, held_out=True)
-    return Splits(train_files, Part(config.holdout_fraction, held_out=False), train_files,
-                  held_out, held_out.describe(config.train_data), test_files)
+    return Splits(
+        train_files,
+        Part(config.holdout_fraction, held_out=False),
+        train_files,
+        held_out,
+        held_out.describe(config.train_data),
+        test_files,
+    )

@@ -15,16 +15,22 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from trainer.model import heads
 from trainer.data import inputs
 from trainer.data import schema as schema_lib
+from trainer.model import heads
 
 SAMPLE = 2_000  # evaluation records measured on; the cost is features x REPEATS passes
 REPEATS = 3
 
 
-def permutation_importance(model, head: heads.Head, schema: schema_lib.Schema,
-                           records: list[bytes], data: str, seed: int = 0) -> dict:
+def permutation_importance(
+    model,
+    head: heads.Head,
+    schema: schema_lib.Schema,
+    records: list[bytes],
+    data: str,
+    seed: int = 0,
+) -> dict:
     """feature_importance.json: features sorted by importance (loss increase)."""
     features, labels, weights = inputs.parser(schema)(tf.constant(records))
     weights = tf.cast(weights, tf.float32)
@@ -35,17 +41,28 @@ def permutation_importance(model, head: heads.Head, schema: schema_lib.Schema,
 
     base = loss(features)
     n = len(records)
-    rows = []
+    rows: list[dict] = []
     for i, f in enumerate(schema.features):
         increases = []
         for r in range(REPEATS):
             order = np.random.default_rng([seed, i, r]).permutation(n)
             shuffled = dict(features, **{f.name: tf.gather(features[f.name], order)})
             increases.append(loss(shuffled) - base)
-        rows.append({"name": f.name, "importance": float(np.mean(increases)),
-                     "std": float(np.std(increases))})
+        rows.append(
+            {
+                "name": f.name,
+                "importance": float(np.mean(increases)),
+                "std": float(np.std(increases)),
+            }
+        )
     rows.sort(key=lambda row: (-row["importance"], row["name"]))
-    return {"method": "permutation", "metric": "loss", "baseline_loss": base,
-            "data": data, "records": n, "repeats": REPEATS, "seed": seed,
-            "features": rows}
-
+    return {
+        "method": "permutation",
+        "metric": "loss",
+        "baseline_loss": base,
+        "data": data,
+        "records": n,
+        "repeats": REPEATS,
+        "seed": seed,
+        "features": rows,
+    }

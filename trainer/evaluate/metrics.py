@@ -31,16 +31,19 @@ def zero_sums(head: heads.Head) -> dict[str, tf.Tensor]:
     return batch_sums(head, labels, tf.zeros([0, head.units]))
 
 
-def batch_sums(head: heads.Head, labels: tf.Tensor, logits: tf.Tensor,
-               weights: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+def batch_sums(
+    head: heads.Head, labels: tf.Tensor, logits: tf.Tensor, weights: tf.Tensor | None = None
+) -> dict[str, tf.Tensor]:
     """Sums over one batch; add them up over batches and replicas, then `finish`.
 
     Every sum counts a record `weights` times (1 by default): a weight of 2 counts as
     the record twice, in every metric."""
     w = tf.ones_like(logits[:, 0]) if weights is None else tf.cast(weights, tf.float32)
-    sums = {"loss": tf.reduce_sum(w * head.loss(labels, logits)),
-            "count": tf.cast(tf.shape(logits)[0], tf.float32),
-            "weight": tf.reduce_sum(w)}
+    sums = {
+        "loss": tf.reduce_sum(w * head.loss(labels, logits)),
+        "count": tf.cast(tf.shape(logits)[0], tf.float32),
+        "weight": tf.reduce_sum(w),
+    }
     if head.task == "regression":
         sums.update(_regression_sums(head.predictions(logits), labels, w))
         return sums
@@ -53,8 +56,9 @@ def batch_sums(head: heads.Head, labels: tf.Tensor, logits: tf.Tensor,
     k = 2 if head.task == "binary" else head.units
     sums["confusion"] = tf.math.unsorted_segment_sum(w, labels * k + predicted, k * k)
     if head.task == "multiclass":  # the top class's probability, right or wrong
-        top = tf.clip_by_value(tf.cast(tf.reduce_max(probabilities, axis=1) * BINS,
-                                       tf.int32), 0, BINS - 1)
+        top = tf.clip_by_value(
+            tf.cast(tf.reduce_max(probabilities, axis=1) * BINS, tf.int32), 0, BINS - 1
+        )
         sums["top_hits"] = tf.math.unsorted_segment_sum(w * hit, top, BINS)
         sums["top_misses"] = tf.math.unsorted_segment_sum(w * (1 - hit), top, BINS)
     if head.task == "binary":
@@ -71,29 +75,33 @@ def batch_sums(head: heads.Head, labels: tf.Tensor, logits: tf.Tensor,
     index = tf.reshape(bins + tf.range(tf.shape(bins)[1])[None, :] * BINS, [-1])
     size = int(one_hot.shape[1]) * BINS
     sums["positives"] = tf.math.unsorted_segment_sum(
-        tf.reshape(w[:, None] * one_hot, [-1]), index, size)
+        tf.reshape(w[:, None] * one_hot, [-1]), index, size
+    )
     sums["negatives"] = tf.math.unsorted_segment_sum(
-        tf.reshape(w[:, None] * (1 - one_hot), [-1]), index, size)
+        tf.reshape(w[:, None] * (1 - one_hot), [-1]), index, size
+    )
     return sums
 
 
-def _regression_sums(predictions: tf.Tensor, labels: tf.Tensor,
-                     w: tf.Tensor) -> dict[str, tf.Tensor]:
+def _regression_sums(
+    predictions: tf.Tensor, labels: tf.Tensor, w: tf.Tensor
+) -> dict[str, tf.Tensor]:
     error = predictions - labels
     nonzero = tf.not_equal(labels, 0.0)
     both_non_negative = (labels >= 0.0) & (predictions >= 0.0)
-    log_error = tf.math.log1p(tf.maximum(predictions, 0.0)) - tf.math.log1p(
-        tf.maximum(labels, 0.0))
+    log_error = tf.math.log1p(tf.maximum(predictions, 0.0)) - tf.math.log1p(tf.maximum(labels, 0.0))
     return {
         "abs_error": tf.reduce_sum(w * tf.abs(error)),
         "squared_error": tf.reduce_sum(w * tf.square(error)),
         "label_sum": tf.reduce_sum(w * labels),
         "label_squares": tf.reduce_sum(w * tf.square(labels)),
-        "relative_error": tf.reduce_sum(w * tf.where(
-            nonzero, tf.abs(error) / tf.where(nonzero, tf.abs(labels), 1.0), 0.0)),
+        "relative_error": tf.reduce_sum(
+            w * tf.where(nonzero, tf.abs(error) / tf.where(nonzero, tf.abs(labels), 1.0), 0.0)
+        ),
         "zero_labels": tf.reduce_sum(tf.cast(~nonzero, tf.float32)),
-        "squared_log_error": tf.reduce_sum(w * tf.where(both_non_negative,
-                                                        tf.square(log_error), 0.0)),
+        "squared_log_error": tf.reduce_sum(
+            w * tf.where(both_non_negative, tf.square(log_error), 0.0)
+        ),
         "negatives": tf.reduce_sum(tf.cast(~both_non_negative, tf.float32)),
     }
 
@@ -112,13 +120,13 @@ def finish(head: heads.Head, sums: dict) -> dict[str, float]:
     classes = 1 if head.task == "binary" else head.units
     positives = sums["positives"].reshape(classes, BINS)
     negatives = sums["negatives"].reshape(classes, BINS)
-    aucs = [auc for auc in (roc_auc(p, q) for p, q in zip(positives, negatives))
-            if auc is not None]
+    aucs = [auc for auc in (roc_auc(p, q) for p, q in zip(positives, negatives)) if auc is not None]
     if aucs:
         out["auRoc"] = float(np.mean(aucs))  # one-vs-rest, macro-averaged
     if head.task == "binary":
-        tp, fp, fn = (float(sums[k]) for k in
-                      ("true_positives", "false_positives", "false_negatives"))
+        tp, fp, fn = (
+            float(sums[k]) for k in ("true_positives", "false_positives", "false_negatives")
+        )
         out["precision"] = tp / (tp + fp) if tp + fp else 0.0
         out["recall"] = tp / (tp + fn) if tp + fn else 0.0
         pr = out["precision"] + out["recall"]

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.model import heads
 from trainer.data import inputs
 from trainer.data import schema as schema_lib
+from trainer.model import heads
 
 
-def profile(model, head: heads.Head, schema: schema_lib.Schema, records: list[bytes],
-            data: str) -> dict:
+def profile(
+    model, head: heads.Head, schema: schema_lib.Schema, records: list[bytes], data: str
+) -> dict:
     """profile.json for a sample of serialized evaluation records."""
     n = len(records)
     present = dict.fromkeys([f.name for f in schema.features], 0)
@@ -25,8 +26,11 @@ def profile(model, head: heads.Head, schema: schema_lib.Schema, records: list[by
                 values = getattr(f, kind).value if kind else []
                 if len(values) and not (kind == "bytes_list" and list(values) == [b""]):
                     present[name] += 1
-    out = {"data": data, "records": n,
-           "missing": {name: (1 - count / n) if n else 0.0 for name, count in present.items()}}
+    out = {
+        "data": data,
+        "records": n,
+        "missing": {name: (1 - count / n) if n else 0.0 for name, count in present.items()},
+    }
     if head.task == "regression" and n:
         features, labels, _ = inputs.parser(schema)(tf.constant(records))
         predicted = head.predictions(model(features, training=False))

@@ -36,7 +36,8 @@ class Head:
             return tf.square(logits[:, 0] - (labels - self.label_mean) / self.label_std)
         if self.task == "binary":
             return tf.nn.sigmoid_cross_entropy_with_logits(
-                labels=tf.cast(labels, tf.float32), logits=logits[:, 0])
+                labels=tf.cast(labels, tf.float32), logits=logits[:, 0]
+            )
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
     def predictions(self, logits: tf.Tensor) -> tf.Tensor:
@@ -58,11 +59,18 @@ class Head:
             return {"predictions": self.predictions(logits)}
         probabilities = self.probabilities(logits)
         classes = tf.constant(self.classes, dtype=schema_lib.DTYPES[self.label_dtype])
-        return {"predictions": tf.gather(classes, tf.argmax(probabilities, axis=1)),
-                "probabilities": probabilities}
+        return {
+            "predictions": tf.gather(classes, tf.argmax(probabilities, axis=1)),
+            "probabilities": probabilities,
+        }
 
 
 def make_head(task: str, schema: schema_lib.Schema) -> Head:
     label = schema.label
-    return Head(task=task, classes=label.classes, label_dtype=label.dtype,
-                label_mean=label.mean, label_std=label.std)
+    return Head(
+        task=task,
+        classes=label.classes,
+        label_dtype=label.dtype,
+        label_mean=label.mean,
+        label_std=label.std,
+    )

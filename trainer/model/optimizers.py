@@ -48,15 +48,12 @@ class _Flat:
         super(keras.optimizers.Adam, self).build(var_list)
         self._sizes = [int(np.prod(v.shape)) for v in var_list]
         dtype = var_list[0].dtype
-        self._momentum = self.add_variable((sum(self._sizes),), dtype=dtype,
-                                           name="momentum")
-        self._velocity = self.add_variable((sum(self._sizes),), dtype=dtype,
-                                           name="velocity")
+        self._momentum = self.add_variable((sum(self._sizes),), dtype=dtype, name="momentum")
+        self._velocity = self.add_variable((sum(self._sizes),), dtype=dtype, name="velocity")
 
     def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
         if not self._flat:
-            return super()._distributed_tf_update_step(distribution, grads_and_vars,
-                                                       learning_rate)
+            return super()._distributed_tf_update_step(distribution, grads_and_vars, learning_rate)
         grads = [g for g, _ in grads_and_vars]
         variables = [v for _, v in grads_and_vars]
         velocity = self._velocity.value
@@ -67,16 +64,20 @@ class _Flat:
             g = tf.concat([tf.reshape(x, [-1]) for x in grads], 0)
             lr = tf.cast(lr, g.dtype)
             t = tf.cast(self.iterations + 1, g.dtype)
-            alpha = (lr * tf.sqrt(1 - tf.pow(tf.cast(self.beta_2, g.dtype), t))
-                     / (1 - tf.pow(tf.cast(self.beta_1, g.dtype), t)))
+            alpha = (
+                lr
+                * tf.sqrt(1 - tf.pow(tf.cast(self.beta_2, g.dtype), t))
+                / (1 - tf.pow(tf.cast(self.beta_1, g.dtype), t))
+            )
             m.assign_add((g - m) * (1 - self.beta_1))
             velocity.assign_add((tf.square(g) - velocity) * (1 - self.beta_2))
             delta = (m * alpha) / (tf.sqrt(velocity) + self.epsilon)
             for var, part in zip(variables, tf.split(delta, self._sizes)):
                 var.assign_sub(tf.reshape(part, var.shape))
 
-        distribution.extended.update(self._momentum.value, update,
-                                     args=(learning_rate, *grads), group=False)
+        distribution.extended.update(
+            self._momentum.value, update, args=(learning_rate, *grads), group=False
+        )
 
 
 class Adam(_Flat, _Summed, keras.optimizers.Adam):
@@ -88,8 +89,9 @@ class AdamW(_Flat, _Summed, keras.optimizers.AdamW):
     the update, per variable)."""
 
 
-def make_optimizer(learning_rate: float, model: str = "mlp",
-                   train_steps: int | None = None) -> keras.optimizers.Optimizer:
+def make_optimizer(
+    learning_rate: float, model: str = "mlp", train_steps: int | None = None
+) -> keras.optimizers.Optimizer:
     """The optimizer `train_step` expects, for the built-in `model` (config.MODELS):
     'mlp': Adam at a constant rate; 'ple_mlp': AdamW (beta2 0.95, Keras' weight decay)
     whose rate decays on a cosine to 0 over `train_steps` (RealMLP's ablations: beta2
@@ -100,9 +102,11 @@ def make_optimizer(learning_rate: float, model: str = "mlp",
     (slot variables cannot be created while a strategy traces the step)."""
     for method in ("_all_reduce_sum_gradients", "_distributed_tf_update_step"):
         if not hasattr(keras.optimizers.Adam, method):
-            raise RuntimeError(f"Keras {keras.__version__} has no optimizer method "
-                               f"{method}; trainer.model.optimizers must be updated")
+            raise RuntimeError(
+                f"Keras {keras.__version__} has no optimizer method "
+                f"{method}; trainer.model.optimizers must be updated"
+            )
     if model == "mlp":
         return Adam(learning_rate)
-    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, max(train_steps, 1))
+    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, max(train_steps or 1, 1))
     return AdamW(schedule, beta_2=0.95)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import keras
 
@@ -25,14 +25,17 @@ ModelFn = Callable[..., keras.Model]
 class ModelFnError(ValueError):
     """A --model_fn that cannot be loaded or builds the wrong model; the message names it."""
 
+
 # Categoricals with at most this many slots are one-hot encoded, larger ones embedded.
 ONE_HOT_MAX = 16
 
 
 def feature_inputs(schema: schema_lib.Schema) -> dict[str, keras.KerasTensor]:
     """One `keras.Input` per feature, shaped [batch, size] with the parsed dtype."""
-    return {f.name: keras.Input(shape=(f.size,), dtype=f.parsed_dtype, name=layer_name(f.name))
-            for f in schema.features}
+    return {
+        f.name: keras.Input(shape=(f.size,), dtype=f.parsed_dtype, name=layer_name(f.name))
+        for f in schema.features
+    }
 
 
 def layer_name(feature: str) -> str:
@@ -56,13 +59,20 @@ class VarLenSummary(keras.layers.Layer):
         count = keras.ops.sum(keras.ops.cast(present, "float32"), axis=1, keepdims=True)
         any_value = count > 0
         big = 3.0e38
-        mean = keras.ops.sum(keras.ops.where(present, z, 0.0), axis=1, keepdims=True) / \
-            keras.ops.maximum(count, 1.0)
+        mean = keras.ops.sum(
+            keras.ops.where(present, z, 0.0), axis=1, keepdims=True
+        ) / keras.ops.maximum(count, 1.0)
         low = keras.ops.min(keras.ops.where(present, z, big), axis=1, keepdims=True)
         high = keras.ops.max(keras.ops.where(present, z, -big), axis=1, keepdims=True)
-        return keras.ops.concatenate([
-            mean, keras.ops.where(any_value, low, 0.0), keras.ops.where(any_value, high, 0.0),
-            keras.ops.log1p(count)], axis=1)
+        return keras.ops.concatenate(
+            [
+                mean,
+                keras.ops.where(any_value, low, 0.0),
+                keras.ops.where(any_value, high, 0.0),
+                keras.ops.log1p(count),
+            ],
+            axis=1,
+        )
 
 
 class BagMean(keras.layers.Layer):
@@ -109,16 +119,20 @@ class RobustPLE(keras.layers.Layer):
         z = z / keras.ops.sqrt(1.0 + keras.ops.square(z / 3.0))
         if not self.width:
             return z
-        bins = keras.ops.clip((x - keras.ops.convert_to_tensor(self.lower)) /
-                              keras.ops.convert_to_tensor(self.width), 0.0, 1.0)
+        bins = keras.ops.clip(
+            (x - keras.ops.convert_to_tensor(self.lower)) / keras.ops.convert_to_tensor(self.width),
+            0.0,
+            1.0,
+        )
         return keras.ops.concatenate([z, bins], axis=1)
 
     def get_config(self):
         return {**super().get_config(), "quantiles": self.quantiles, "values": self.values}
 
 
-def preprocess(inputs: dict, schema: schema_lib.Schema,
-               numeric: str = "standard") -> keras.KerasTensor:
+def preprocess(
+    inputs: dict, schema: schema_lib.Schema, numeric: str = "standard"
+) -> keras.KerasTensor:
     """Turns raw features into one float vector per example.
 
     Numeric features are standardised with the schema's mean and std (`numeric` =
@@ -139,9 +153,9 @@ def preprocess(inputs: dict, schema: schema_lib.Schema,
         if f.kind == "numeric":
             # Per-value lists, not scalars: Keras 3.4 (in Vertex's TF 2.17 images) fails
             # on scalar statistics.
-            x = keras.layers.Normalization(mean=[f.mean] * f.size,
-                                           variance=[f.std ** 2] * f.size,
-                                           name=f"{name}_norm")(keras.ops.cast(x, "float32"))
+            x = keras.layers.Normalization(
+                mean=[f.mean] * f.size, variance=[f.std**2] * f.size, name=f"{name}_norm"
+            )(keras.ops.cast(x, "float32"))
             parts.append(x)
             continue
         vocabulary = [f.default_value()] + [v for v in f.vocabulary if v != f.default_value()]
@@ -151,19 +165,25 @@ def preprocess(inputs: dict, schema: schema_lib.Schema,
             # The OOV token must not be a vocabulary entry (Keras' default, -1, is our
             # missing value), or lookups silently shift.
             lookup = keras.layers.IntegerLookup(
-                vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=f"{name}_lookup")
+                vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=f"{name}_lookup"
+            )
         ids = lookup(x)
         slots = len(vocabulary) + 1
         if slots <= ONE_HOT_MAX:
             encoded = keras.layers.CategoryEncoding(
-                num_tokens=slots, output_mode="one_hot" if f.size == 1 else "multi_hot",
-                name=f"{name}_onehot")(ids)
+                num_tokens=slots,
+                output_mode="one_hot" if f.size == 1 else "multi_hot",
+                name=f"{name}_onehot",
+            )(ids)
         else:
             dim = min(32, max(4, round(4 * math.sqrt(math.sqrt(slots)))))
             embedded = keras.layers.Embedding(slots, dim, name=f"{name}_embedding")(ids)
             # Padding looks up as the missing token, slot 1 (after the OOV slot 0).
-            encoded = (BagMean(1, name=f"{name}_bag")(ids, embedded) if f.varlen else
-                       keras.layers.Flatten(name=f"{name}_flat")(embedded))
+            encoded = (
+                BagMean(1, name=f"{name}_bag")(ids, embedded)
+                if f.varlen
+                else keras.layers.Flatten(name=f"{name}_flat")(embedded)
+            )
         parts.append(encoded)
     return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
 
@@ -192,8 +212,9 @@ def load_model_fn(spec: str | None) -> ModelFn:
     try:
         fn = getattr(importlib.import_module(module_name), fn_name)
     except (ImportError, AttributeError, ValueError) as e:
-        raise ModelFnError(f"--model_fn={spec!r}: cannot load it ({e}); "
-                         "expected 'package.module:function'") from None
+        raise ModelFnError(
+            f"--model_fn={spec!r}: cannot load it ({e}); expected 'package.module:function'"
+        ) from None
     if not callable(fn):
         raise ModelFnError(f"--model_fn={spec!r} is not a function")
     return fn
@@ -203,8 +224,9 @@ def check_outputs(model: keras.Model, num_outputs: int, source: str) -> None:
     """Fails early, with the builder's name, when a model's outputs have the wrong shape."""
     shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else None
     if shape is None or len(shape) != 2 or shape[-1] != num_outputs:
-        raise ModelFnError(f"model from {source} returns shape {shape}; "
-                         f"expected (batch, {num_outputs}) logits")
+        raise ModelFnError(
+            f"model from {source} returns shape {shape}; expected (batch, {num_outputs}) logits"
+        )
 
 
 def build(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
@@ -213,4 +235,3 @@ def build(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
     model = fn(schema, num_outputs, config)
     check_outputs(model, num_outputs, config.model_fn or "tabular_model")
     return model
-

@@ -30,7 +30,7 @@ MAX_DEFAULT_STEPS = 500_000
 EVALUATIONS = 20
 # auto caches when the training files total at most this. A parsed record takes less
 # memory than its serialized form (no feature names); loading briefly holds two copies.
-MEMORY_BUDGET_BYTES = 2 * 1024 ** 3
+MEMORY_BUDGET_BYTES = 2 * 1024**3
 # Models whose width follows the data: fewer training records than SMALL_DATA_RECORDS
 # get SMALL_DATA_HIDDEN_UNITS, the rest the model's own (config.HIDDEN_UNITS). Held-out
 # computers (4,506 records) lost at 64,32 (1.136x HGB's error against 1.009x), cracker
@@ -43,13 +43,16 @@ def train_steps(n: int, batch_size: int) -> tuple[int, str]:
     """DEFAULT_EPOCHS epochs of `n` records, within [MIN_DEFAULT_STEPS, MAX_DEFAULT_STEPS],
     and why."""
     steps = -(-DEFAULT_EPOCHS * n // batch_size)
-    why = (f"--train_steps unset: {DEFAULT_EPOCHS} epochs of {n:,} training records at "
-           f"--batch_size={batch_size}")
+    why = (
+        f"--train_steps unset: {DEFAULT_EPOCHS} epochs of {n:,} training records at "
+        f"--batch_size={batch_size}"
+    )
     if steps > MAX_DEFAULT_STEPS:
         return MAX_DEFAULT_STEPS, (
             f"{why} would be {steps:,}; capped at {MAX_DEFAULT_STEPS:,} "
             f"({MAX_DEFAULT_STEPS * batch_size / n:.1f} epochs) so that a default job's "
-            "length stays bounded; set --train_steps to train longer")
+            "length stays bounded; set --train_steps to train longer"
+        )
     return max(MIN_DEFAULT_STEPS, steps), f"{why}, and at least {MIN_DEFAULT_STEPS:,}"
 
 
@@ -62,7 +65,8 @@ def hidden_units(model: str, n: int) -> tuple[tuple[int, ...], str]:
         return SMALL_DATA_HIDDEN_UNITS[model], (
             f"--model={model} on {n:,} training records, fewer than "
             f"{SMALL_DATA_RECORDS:,}; from {SMALL_DATA_RECORDS:,}: "
-            f"{','.join(map(str, units))}")
+            f"{','.join(map(str, units))}"
+        )
     return units, f"--model={model} on {SMALL_DATA_RECORDS:,} training records or more"
 
 
@@ -71,8 +75,10 @@ def eval_every(train_steps: int, steps_per_loop: int) -> tuple[int, str]:
     whole inner loops."""
     every = -(-train_steps // EVALUATIONS)
     every = -(-every // steps_per_loop) * steps_per_loop
-    return every, (f"--eval_every_steps unset: {EVALUATIONS} evaluations over "
-                   f"{train_steps:,} steps, in whole loops of --steps_per_loop={steps_per_loop}")
+    return every, (
+        f"--eval_every_steps unset: {EVALUATIONS} evaluations over "
+        f"{train_steps:,} steps, in whole loops of --steps_per_loop={steps_per_loop}"
+    )
 
 
 def selection_metric(task: str) -> tuple[str, str]:

@@ -17,13 +17,10 @@ import json
 import logging
 from typing import Any
 
-from trainer.base import contracts
 from trainer.base import config as config_lib
+from trainer.base import contracts
 from trainer.base import storage as storage_lib
-from trainer.data import inference
-from trainer.data import inputs
-from trainer.data import records
-from trainer.data import scan
+from trainer.data import inference, inputs, records, scan
 from trainer.data import schema as schema_lib
 from trainer.data import splits as splits_lib
 from trainer.model import heads
@@ -69,10 +66,13 @@ class Plan:
     def resolved(self) -> config_lib.Config:
         """The Config this run amounts to: the flags with the decided values filled in
         (contracts.CONFIG_FILE; given as flags, they repeat the run)."""
-        return dataclasses.replace(self.config, train_steps=self.train_steps,
-                                   hidden_units=self.hidden_units,
-                                   eval_every_steps=self.eval_every_steps,
-                                   selection_metric=self.selection_metric)
+        return dataclasses.replace(
+            self.config,
+            train_steps=self.train_steps,
+            hidden_units=self.hidden_units,
+            eval_every_steps=self.eval_every_steps,
+            selection_metric=self.selection_metric,
+        )
 
     def records_of_stream(self) -> int | None:
         """The kept training records, when all of them were counted (None otherwise)."""
@@ -80,33 +80,53 @@ class Plan:
 
     def to_json(self) -> dict:
         """contracts.PLAN_FILE: the decisions with their reasons, and the data's facts."""
-        return {"decided": {"train_steps": self.train_steps,
-                            "hidden_units": list(self.hidden_units or ()) or None,
-                            "eval_every_steps": self.eval_every_steps,
-                            "selection_metric": self.selection_metric,
-                            "cache": self.cache, "seed": self.seed},
-                "reasons": dict(self.reasons),
-                "data": {"train_files": len(self.splits.train_files),
-                         "train_bytes": self.train_bytes,
-                         "train_records": self.train_records, "counted_to": self.counted_to,
-                         "fingerprint": self.fingerprint,
-                         "validation": self.splits.validation_name,
-                         "validation_files": len(self.splits.validation_files),
-                         "test_files": len(self.splits.test_files),
-                         "features": len(self.schema.features)},
-                "replicas": self.replicas}
+        return {
+            "decided": {
+                "train_steps": self.train_steps,
+                "hidden_units": list(self.hidden_units or ()) or None,
+                "eval_every_steps": self.eval_every_steps,
+                "selection_metric": self.selection_metric,
+                "cache": self.cache,
+                "seed": self.seed,
+            },
+            "reasons": dict(self.reasons),
+            "data": {
+                "train_files": len(self.splits.train_files),
+                "train_bytes": self.train_bytes,
+                "train_records": self.train_records,
+                "counted_to": self.counted_to,
+                "fingerprint": self.fingerprint,
+                "validation": self.splits.validation_name,
+                "validation_files": len(self.splits.validation_files),
+                "test_files": len(self.splits.test_files),
+                "features": len(self.schema.features),
+            },
+            "replicas": self.replicas,
+        }
 
     def table(self) -> str:
         """The plan as a few aligned lines, for the log."""
-        rows = [("data", f"{len(self.splits.train_files)} training file(s), "
-                         f"{storage_lib.human_bytes(self.train_bytes)}"
-                         + (f", {self.train_records:,}"
-                            f"{'+' if self.counted_to and self.train_records >= self.counted_to else ''}"
-                            " records" if self.train_records is not None else "")),
-                ("validation", self.splits.validation_name),
-                ("schema", f"{len(self.schema.features)} features, label "
-                           f"{self.schema.label.name!r} ({self.head.task})"),
-                *self.reasons]
+        rows = [
+            (
+                "data",
+                f"{len(self.splits.train_files)} training file(s), "
+                f"{storage_lib.human_bytes(self.train_bytes)}"
+                + (
+                    f", {self.train_records:,}"
+                    f"{'+' if self.counted_to and self.train_records >= self.counted_to else ''}"
+                    " records"
+                    if self.train_records is not None
+                    else ""
+                ),
+            ),
+            ("validation", self.splits.validation_name),
+            (
+                "schema",
+                f"{len(self.schema.features)} features, label "
+                f"{self.schema.label.name!r} ({self.head.task})",
+            ),
+            *self.reasons,
+        ]
         width = max(len(what) for what, _ in rows)
         return "\n".join(f"  {what:<{width}}  {why}" for what, why in rows)
 
@@ -125,86 +145,128 @@ def make_plan(config: config_lib.Config, replicas: int = 1) -> Plan:
     if config.batch_size % replicas:
         raise config_lib.ConfigError(
             f"--batch_size={config.batch_size} does not divide evenly across {replicas} "
-            f"replicas; use a multiple of {replicas}")
+            f"replicas; use a multiple of {replicas}"
+        )
     storage = config.storage()
     splits = splits_lib.resolve(config, storage)
     if config.skip_corrupt_records:
         for problem in scan.bad_records(storage, splits.train_files, None):
             logging.warning("skipping the rest of a corrupt file: %s", problem)
     schema = load_schema(config, storage, splits.train_files)
-    head = heads.make_head(config.task, schema)
     sizes = [storage.size(f) for f in splits.train_files]
-    train_bytes = sum(sizes)
-    fingerprint = _fingerprint(config, splits, sizes)
-    if not train_bytes:  # a stream of empty epochs would never end
+    if not sum(sizes):  # a stream of empty epochs would never end
         raise inputs.DataError(f"the training files of {config.train_data!r} are empty")
-    reasons = []
-
-    sized = (config.hidden_units is None and not config.model_fn
-             and config.model in defaults.SMALL_DATA_HIDDEN_UNITS)
+    fingerprint = _fingerprint(config, splits, sizes)
     n, counted_to = None, None
-    if config.train_steps is None or sized:
+    if config.train_steps is None or _sized(config):
         # The model's width needs to know only whether the data is small.
         counted_to = None if config.train_steps is None else defaults.SMALL_DATA_RECORDS
         n = _count(config, storage, splits, schema, fingerprint, counted_to)
-    train_steps = config.train_steps
-    if train_steps is None:
-        train_steps, why = defaults.train_steps(n, config.batch_size)
-        reasons.append(("train_steps", f"{train_steps:,} ({why})"))
-    hidden_units = config.hidden_units
-    if sized:
-        hidden_units, why = defaults.hidden_units(config.model, n)
-        reasons.append(("hidden_units", f"{','.join(map(str, hidden_units))} ({why})"))
-    eval_every = config.eval_every_steps
-    if eval_every is None:
-        eval_every, why = defaults.eval_every(train_steps, config.steps_per_loop)
+    decided, reasons = _decide(config, splits, n, sum(sizes))
+    return Plan(
+        config=config,
+        splits=splits,
+        schema=schema,
+        head=heads.make_head(config.task, schema),
+        replicas=replicas,
+        train_bytes=sum(sizes),
+        fingerprint=fingerprint,
+        train_records=n,
+        counted_to=counted_to,
+        reasons=tuple(reasons),
+        **decided,
+    )
+
+
+def _sized(config: config_lib.Config) -> bool:
+    """Whether the model's width follows the data (a built-in model, no --hidden_units)."""
+    return (
+        config.hidden_units is None
+        and not config.model_fn
+        and config.model in defaults.SMALL_DATA_HIDDEN_UNITS
+    )
+
+
+def _decide(
+    config: config_lib.Config, splits: splits_lib.Splits, n: int | None, train_bytes: int
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Every default the flags left unset, and (what, why) of each decision worth a line
+    (on `n` training records, counted when a rule needs them)."""
+    decided: dict[str, Any] = {
+        "train_steps": config.train_steps,
+        "hidden_units": config.hidden_units,
+        "eval_every_steps": config.eval_every_steps,
+    }
+    reasons = []
+    if config.train_steps is None:
+        assert n is not None
+        decided["train_steps"], why = defaults.train_steps(n, config.batch_size)
+        reasons.append(("train_steps", f"{decided['train_steps']:,} ({why})"))
+    if _sized(config):
+        assert n is not None
+        units, why = defaults.hidden_units(config.model, n)
+        decided["hidden_units"] = units
+        reasons.append(("hidden_units", f"{','.join(map(str, units))} ({why})"))
+    if config.eval_every_steps is None:
+        every, why = defaults.eval_every(decided["train_steps"], config.steps_per_loop)
+        decided["eval_every_steps"] = every
         if splits.validation_files:
-            reasons.append(("eval_every_steps", f"{eval_every:,} ({why})"))
-    metric = config.selection_metric
+            reasons.append(("eval_every_steps", f"{every:,} ({why})"))
+    metric, why = (config.selection_metric, "--selection_metric")
     if metric is None:
         metric, why = defaults.selection_metric(config.task)
-    else:
-        why = "--selection_metric"
+    decided["selection_metric"] = metric
     if splits.validation_files:
-        direction = "lowest" if contracts.minimized(metric) else "highest"
-        reasons.append(("selection_metric",
-                        f"the {direction} {metric} on {splits.validation_name} ({why})"))
-    cache, why = defaults.cache(config.cache, train_bytes)
-    reasons.append(("cache", f"{cache} ({why})"))
-    seed = config.effective_seed()
-    reasons.append(("seed", f"{seed} (" + ("--seed" if config.seed is not None else
-                                           "derived from --train_data and --checkpoint_dir")
-                    + ")"))
-    return Plan(config=config, splits=splits, schema=schema, head=head, replicas=replicas,
-                seed=seed, train_bytes=train_bytes, fingerprint=fingerprint, train_records=n,
-                counted_to=counted_to,
-                cache=cache, train_steps=train_steps, hidden_units=hidden_units,
-                eval_every_steps=eval_every, selection_metric=metric,
-                reasons=tuple(reasons))
+        best = "lowest" if contracts.minimized(metric) else "highest"
+        reasons.append(
+            ("selection_metric", f"the {best} {metric} on {splits.validation_name} ({why})")
+        )
+    decided["cache"], why = defaults.cache(config.cache, train_bytes)
+    reasons.append(("cache", f"{decided['cache']} ({why})"))
+    decided["seed"] = config.effective_seed()
+    why = "--seed" if config.seed is not None else "derived from --train_data and --checkpoint_dir"
+    reasons.append(("seed", f"{decided['seed']} ({why})"))
+    return decided, reasons
 
 
-def load_schema(config: config_lib.Config, storage: storage_lib.Storage,
-                files: list[str]) -> schema_lib.Schema:
+def load_schema(
+    config: config_lib.Config, storage: storage_lib.Storage, files: list[str]
+) -> schema_lib.Schema:
     """Reads --schema, or infers the schema from a sample of the training records.
 
     A given schema is checked against the first records, so a mismatch fails now,
     naming the file and feature, rather than minutes into training.
     """
     if config.schema:
-        schema = schema_lib.from_json(storage.read_json(config.schema), config.schema,
-                                      config.label, config.task, config.weight)
+        schema = schema_lib.from_json(
+            storage.read_json(config.schema),
+            config.schema,
+            config.label,
+            config.task,
+            config.weight,
+        )
         # The first records only: the start of a job must not read a whole file.
-        bad = None if config.skip_corrupt_records else scan.find_bad_record(
-            storage, files[:1], schema, limit=config.schema_sample_records)
+        bad = (
+            None
+            if config.skip_corrupt_records
+            else scan.find_bad_record(
+                storage, files[:1], schema, limit=config.schema_sample_records
+            )
+        )
         if bad:
             raise inputs.DataError(f"{bad} (with schema {config.schema})")
         return schema
-    sample = scan.sample_records(storage, files, config.schema_sample_records,
-                                 config.skip_corrupt_records)
+    sample = scan.sample_records(
+        storage, files, config.schema_sample_records, config.skip_corrupt_records
+    )
     schema = inference.infer(sample, config.label, config.task, config.weight)
-    logging.info("inferred schema from up to %d records: %d features, label %r%s",
-                 config.schema_sample_records, len(schema.features), schema.label.name,
-                 f" with classes {list(schema.label.classes)[:10]}" if schema.label.classes else "")
+    logging.info(
+        "inferred schema from up to %d records: %d features, label %r%s",
+        config.schema_sample_records,
+        len(schema.features),
+        schema.label.name,
+        f" with classes {list(schema.label.classes)[:10]}" if schema.label.classes else "",
+    )
     return schema
 
 
@@ -213,33 +275,45 @@ def previous_path(config: config_lib.Config) -> str:
     return storage_lib.join(config.checkpoint_dir, contracts.PLAN_FILE)
 
 
-def _count(config: config_lib.Config, storage: storage_lib.Storage,
-           splits: splits_lib.Splits, schema: schema_lib.Schema, fingerprint: tuple,
-           limit: int | None) -> int:
+def _count(
+    config: config_lib.Config,
+    storage: storage_lib.Storage,
+    splits: splits_lib.Splits,
+    schema: schema_lib.Schema,
+    fingerprint: tuple,
+    limit: int | None,
+) -> int:
     """The kept training records (up to `limit`): the previous run's count when its plan,
     beside the checkpoints, counted the same records (up to the same limit, or all of
     them), else counted now."""
     path = previous_path(config)
     if storage.exists(path):
         data = storage.read_json(path).get("data", {})
-        if (data.get("fingerprint") == json_form(fingerprint)
-                and data.get("counted_to") in (None, limit)):
+        if data.get("fingerprint") == json_form(fingerprint) and data.get("counted_to") in (
+            None,
+            limit,
+        ):
             n = data["train_records"]
             logging.info("training records: %s, as counted before this restart", f"{n:,}")
             return n if limit is None else min(n, limit)
     with scan.naming_bad_records(storage, splits.train_files, schema):
-        return records.count([storage.path(f) for f in splits.train_files],
-                             skip_corrupt=config.skip_corrupt_records, keep=splits.train_part,
-                             limit=limit)
+        return records.count(
+            [storage.path(f) for f in splits.train_files],
+            skip_corrupt=config.skip_corrupt_records,
+            keep=splits.train_part,
+            limit=limit,
+        )
 
 
-def _fingerprint(config: config_lib.Config, splits: splits_lib.Splits,
-                 sizes: list[int]) -> tuple:
+def _fingerprint(config: config_lib.Config, splits: splits_lib.Splits, sizes: list[int]) -> tuple:
     """What a record count depends on: the files and their sizes, which records are kept
     and whether corrupt ones are skipped."""
     part = splits.train_part
-    return (tuple(zip(splits.train_files, sizes)),
-            (part.fraction, part.held_out) if part else None, config.skip_corrupt_records)
+    return (
+        tuple(zip(splits.train_files, sizes)),
+        (part.fraction, part.held_out) if part else None,
+        config.skip_corrupt_records,
+    )
 
 
 def json_form(value: Any) -> Any:

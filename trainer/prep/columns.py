@@ -11,6 +11,7 @@ arguments, which `parent.child` is not).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +41,7 @@ class Column:
 
     name: str
     kind: str
-    values: object
+    values: Any  # np.ndarray or pa.Array
     lengths: np.ndarray
     is_list: bool
 
@@ -56,8 +57,13 @@ class ColumnType:
     rule: str = ""
 
     def to_json(self) -> dict:
-        out = {"name": self.name, "source_type": self.source_type, "feature": self.kind,
-               "dtype": DTYPES[self.kind], "list": self.is_list}
+        out = {
+            "name": self.name,
+            "source_type": self.source_type,
+            "feature": self.kind,
+            "dtype": DTYPES[self.kind],
+            "list": self.is_list,
+        }
         if self.rule:
             out["rule"] = self.rule
         return out
@@ -96,8 +102,10 @@ def flatten(batch: pa.RecordBatch) -> list[tuple[str, pa.Array, np.ndarray, bool
     seen = set()
     for name, *_ in out:
         if name in seen:
-            raise PrepareError(f"two columns are named {name!r} once struct fields are "
-                               f"named parent{SEPARATOR}child; rename one")
+            raise PrepareError(
+                f"two columns are named {name!r} once struct fields are "
+                f"named parent{SEPARATOR}child; rename one"
+            )
         seen.add(name)
     return out
 
@@ -119,9 +127,15 @@ def type_of(name: str, arr: pa.Array, is_list: bool) -> ColumnType:
     """
     t = arr.type
     kind, rule = None, ""
-    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or pa.types.is_string_view(t) or pa.types.is_binary_view(t)):
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_binary_view(t)
+    ):
         kind = BYTES
     elif pa.types.is_integer(t) or pa.types.is_boolean(t):
         kind = INT
@@ -137,13 +151,15 @@ def type_of(name: str, arr: pa.Array, is_list: bool) -> ColumnType:
                 kind, rule = INT, text
                 break
     if kind is None:
-        raise PrepareError(f"column {name!r}: Arrow type {t} is not supported; "
-                           "leave it out with --exclude")
+        raise PrepareError(
+            f"column {name!r}: Arrow type {t} is not supported; leave it out with --exclude"
+        )
     return ColumnType(name=name, source_type=str(t), kind=kind, is_list=is_list, rule=rule)
 
 
-def convert(name: str, arr: pa.Array, parent: np.ndarray, is_list: bool, num_rows: int,
-            kind: str) -> Column:
+def convert(
+    name: str, arr: pa.Array, parent: np.ndarray, is_list: bool, num_rows: int, kind: str
+) -> Column:
     """Converts one leaf column to `kind`, dropping missing values.
 
     Raises:
@@ -184,8 +200,9 @@ def _numbers(name: str, arr: pa.Array, kind: str) -> np.ndarray:
     if pa.types.is_unsigned_integer(t) and t.bit_width == 64:
         big = pc.greater(arr, np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)
         if np.any(big & _valid(arr)):
-            raise PrepareError(f"column {name!r}: value {arr[int(np.argmax(big))]} does "
-                               "not fit int64")
+            raise PrepareError(
+                f"column {name!r}: value {arr[int(np.argmax(big))]} does not fit int64"
+            )
     if pa.types.is_integer(t):
         return arr.cast(pa.int64(), safe=False).fill_null(0).to_numpy()
     # Dates and times: their integer storage, then whole days or seconds (floor).

@@ -19,8 +19,8 @@ from trainer.prep.errors import PrepareError
 class Plan:
     """What to write, decided once from the first batch and checked on every other one."""
 
-    types: tuple            # columns_lib.ColumnType of every leaf column, in source order
-    features: tuple         # names written as features
+    types: tuple  # columns_lib.ColumnType of every leaf column, in source order
+    features: tuple  # names written as features
     label: str | None
     split: splits_lib.Split
     key: str | None
@@ -34,23 +34,46 @@ class Plan:
 class Rows:
     """A converted batch: records and, per record, its hash and split inputs."""
 
-    records: np.ndarray     # bytes objects
-    hashes: np.ndarray      # int64 in [0, 2**62)
-    groups: np.ndarray      # stratified: the label; timestamp: zeros
-    order: np.ndarray       # timestamp: the time; otherwise zeros
+    records: np.ndarray  # bytes objects
+    hashes: np.ndarray  # int64 in [0, 2**62)
+    groups: np.ndarray  # stratified: the label; timestamp: zeros
+    order: np.ndarray  # timestamp: the time; otherwise zeros
     split: np.ndarray | None  # column split: the split of each row, else None
-    dropped: int            # rows without a label
+    dropped: int  # rows without a label
 
 
-def plan(batch: pa.RecordBatch, where: str, label: str | None, columns: tuple,
-         exclude: tuple, split: splits_lib.Split, key: str | None, seed: int) -> Plan:
+def _check_scalar_flags(by_name: dict, where: str, flags: tuple) -> None:
+    """Each (flag, column) names a column of one value per row."""
+    for flag, name in flags:
+        if not name:
+            continue
+        if name not in by_name:
+            raise PrepareError(
+                f"{flag}: {name!r} is not a column of {where} (columns: {', '.join(by_name)})"
+            )
+        if by_name[name].is_list:
+            raise PrepareError(f"{flag}: column {name!r} holds lists; expected one value per row")
+
+
+def plan(
+    batch: pa.RecordBatch,
+    where: str,
+    label: str | None,
+    columns: tuple,
+    exclude: tuple,
+    split: splits_lib.Split,
+    key: str | None,
+    seed: int,
+) -> Plan:
     """Types every leaf column of `batch` and checks the flags that name columns.
 
     Raises:
       PrepareError: naming the flag and the column, with the columns there are.
     """
-    types = tuple(columns_lib.type_of(name, arr, is_list)
-                  for name, arr, _, is_list in columns_lib.flatten(batch))
+    types = tuple(
+        columns_lib.type_of(name, arr, is_list)
+        for name, arr, _, is_list in columns_lib.flatten(batch)
+    )
     names = [t.name for t in types]
     top = columns_lib.top_level(batch)
 
@@ -60,27 +83,27 @@ def plan(batch: pa.RecordBatch, where: str, label: str | None, columns: tuple,
     for flag, chosen in (("--columns", columns), ("--exclude", exclude)):
         for name in chosen:
             if name not in names and name not in top.values():
-                raise PrepareError(f"{flag}: {name!r} is not a column of {where} "
-                                   f"(columns: {', '.join(names)})")
-    features = [n for n in names if (not columns or selected(n, columns))
-                and not selected(n, exclude)]
+                raise PrepareError(
+                    f"{flag}: {name!r} is not a column of {where} (columns: {', '.join(names)})"
+                )
+    features = [
+        n for n in names if (not columns or selected(n, columns)) and not selected(n, exclude)
+    ]
     by_name = {t.name: t for t in types}
-    for flag, name in (("--label", label), ("--key", key), ("--split", split.column)):
-        if name:
-            if name not in by_name:
-                raise PrepareError(f"{flag}: {name!r} is not a column of {where} "
-                                   f"(columns: {', '.join(names)})")
-            if by_name[name].is_list:
-                raise PrepareError(f"{flag}: column {name!r} holds lists; expected one "
-                                   "value per row")
+    _check_scalar_flags(
+        by_name, where, (("--label", label), ("--key", key), ("--split", split.column))
+    )
     if label and label in by_name and selected(label, exclude):
         raise PrepareError(f"--exclude: {label!r} is the --label")
     if label and label not in features:
         features.append(label)
-    if split.method == "timestamp" and by_name[split.column].kind == columns_lib.BYTES:
-        raise PrepareError(f"--split: timestamp column {split.column!r} holds text "
-                           f"({by_name[split.column].source_type}); expected dates, times "
-                           "or numbers")
+    column = split.column or ""  # every split but random and stratified names one
+    if split.method == "timestamp" and by_name[column].kind == columns_lib.BYTES:
+        raise PrepareError(
+            f"--split: timestamp column {column!r} holds text "
+            f"({by_name[column].source_type}); expected dates, times "
+            "or numbers"
+        )
     if split.method == "stratified" and not label:
         raise PrepareError("--split=stratified needs --label")
     if split.method == "column":  # which split a row is in is not something to learn
@@ -88,8 +111,7 @@ def plan(batch: pa.RecordBatch, where: str, label: str | None, columns: tuple,
     if not [n for n in features if n != label]:
         raise PrepareError(f"{where}: no feature columns left besides the label")
     kept = [n for n in names if n in features]
-    return Plan(types=types, features=tuple(kept), label=label, split=split, key=key,
-                seed=seed)
+    return Plan(types=types, features=tuple(kept), label=label, split=split, key=key, seed=seed)
 
 
 def convert(plan: Plan, batch: pa.RecordBatch, where: str) -> Rows:
@@ -101,16 +123,19 @@ def convert(plan: Plan, batch: pa.RecordBatch, where: str) -> Rows:
     n = batch.num_rows
     leaves = columns_lib.flatten(batch)
     if [name for name, _, _, _ in leaves] != [t.name for t in plan.types]:
-        raise PrepareError(f"{where}: columns {[name for name, *_ in leaves]} differ from "
-                           f"the first batch's {[t.name for t in plan.types]}")
+        raise PrepareError(
+            f"{where}: columns {[name for name, *_ in leaves]} differ from "
+            f"the first batch's {[t.name for t in plan.types]}"
+        )
     converted = {}
     for (name, arr, parent, is_list), t in zip(leaves, plan.types):
         if name not in plan.features and name not in (plan.key, plan.split.column):
             continue
         kind = columns_lib.type_of(name, arr, is_list).kind
         if kind != t.kind and not pa.types.is_null(arr.type):
-            raise PrepareError(f"{where}: column {name!r} is {arr.type} here, "
-                               f"{t.source_type} in the first batch")
+            raise PrepareError(
+                f"{where}: column {name!r} is {arr.type} here, {t.source_type} in the first batch"
+            )
         converted[name] = columns_lib.convert(name, arr, parent, is_list, n, t.kind)
     keep = np.ones(n, bool)
     if plan.label:
@@ -128,17 +153,18 @@ def convert(plan: Plan, batch: pa.RecordBatch, where: str) -> Rows:
     zeros = np.zeros(n, np.int64)
     groups, order, split = zeros, zeros, None
     method = plan.split.method
+    # `plan` checked that a stratified split has a label and the others their column.
+    label, column = plan.label or "", plan.split.column or ""
     if method == "stratified":
-        groups = _scalars(converted[plan.label], plan.label, where)
+        groups = _scalars(converted[label], label, where)
     elif method == "timestamp":
-        order = _scalars(converted[plan.split.column], plan.split.column, where)
+        order = _scalars(converted[column], column, where)
     elif method == "column":
-        values = _scalars(converted[plan.split.column], plan.split.column, where)
+        values = _scalars(converted[column], column, where)
         split = splits_lib.column_split(
-            [v.decode() if isinstance(v, bytes) else v for v in values],
-            plan.split.column, where)
-    return Rows(records=records, hashes=h, groups=groups, order=order, split=split,
-                dropped=dropped)
+            [v.decode() if isinstance(v, bytes) else v for v in values], column, where
+        )
+    return Rows(records=records, hashes=h, groups=groups, order=order, split=split, dropped=dropped)
 
 
 def assign(plan: Plan, rows: Rows, cuts: splits_lib.Cuts | None) -> np.ndarray:
@@ -163,8 +189,10 @@ def _scalars(col: columns_lib.Column, name: str, where: str) -> np.ndarray:
     """One value per row of a scalar column; a missing one is an error."""
     missing = int((col.lengths == 0).sum())
     if missing:
-        raise PrepareError(f"{where}: column {name!r} is empty in {missing} row(s); the "
-                           "split needs a value in every row")
+        raise PrepareError(
+            f"{where}: column {name!r} is empty in {missing} row(s); the "
+            "split needs a value in every row"
+        )
     values = col.values
     return values.to_numpy(zero_copy_only=False) if isinstance(values, pa.Array) else values
 

@@ -44,8 +44,10 @@ def encode(columns: list[Column], num_rows: int) -> pa.LargeBinaryArray:
             pieces += [(p, present) for p in _prefix_pieces(col, plen)] + [(payload, present)]
         else:
             payload = _payload(col)
-            parts += [_ragged([(p, present) for p in _prefix_pieces(col, _lengths(payload))]),
-                      payload]
+            parts += [
+                _ragged([(p, present) for p in _prefix_pieces(col, _lengths(payload))]),
+                payload,
+            ]
     if pieces:
         parts.insert(0, _ragged(pieces))
     total = sum((_lengths(p) for p in parts), np.zeros(num_rows, np.uint64))
@@ -86,24 +88,31 @@ def _payload(col: Column) -> pa.LargeBinaryArray:
     # Strings: `0A len(s)` before each value, then the values of a row back to back.
     values = col.values
     value_offsets = np.frombuffer(values.buffers()[1], np.int64)[
-        values.offset:values.offset + len(values) + 1]
+        values.offset : values.offset + len(values) + 1
+    ]
     framed = pc.binary_join_element_wise(
-        _ragged([(b"\x0a", None), (np.diff(value_offsets).astype(np.uint64), None)],
-                len(values)), values, _EMPTY)
+        _ragged([(b"\x0a", None), (np.diff(value_offsets).astype(np.uint64), None)], len(values)),
+        values,
+        _EMPTY,
+    )
     framed_offsets = np.frombuffer(framed.buffers()[1], np.int64)
     return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(col.lengths),
-        [None, pa.py_buffer(framed_offsets[offsets].copy()), framed.buffers()[2]])
+        pa.large_binary(),
+        len(col.lengths),
+        [None, pa.py_buffer(framed_offsets[offsets].copy()), framed.buffers()[2]],
+    )
 
 
 def _binary(data: np.ndarray, offsets: np.ndarray) -> pa.LargeBinaryArray:
     return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(offsets) - 1,
-        [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)), pa.py_buffer(data)])
+        pa.large_binary(),
+        len(offsets) - 1,
+        [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)), pa.py_buffer(data)],
+    )
 
 
 def _lengths(arr: pa.LargeBinaryArray) -> np.ndarray:
-    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
     return np.diff(offsets).astype(np.uint64)
 
 

@@ -23,21 +23,22 @@ def run(options: Options, storage: storage_lib.Storage) -> dict:
     start = time.time()
     prepared = prepared_lib.prepare(options, storage)
     source, plan = prepared.source, prepared.plan
-    with storage.publishing(options.output.rstrip('/')) as tmp:
+    with storage.publishing(options.output.rstrip("/")) as tmp:
         cuts = None
         if plan.split.needs_pass:
             # A first pass for the cut points: only each row's split inputs are kept.
             seen = [(r.groups, r.order, r.hashes) for r in _converted(source, plan)]
-            cuts = splits_lib.cuts(*(np.concatenate(a) for a in zip(*seen)),
-                                   plan.split.fractions)
+            groups, order, hashes = (np.concatenate(a) for a in zip(*seen))
+            cuts = splits_lib.cuts(groups, order, hashes, plan.split.fractions)
         writer = shards_lib.Writer(storage, tmp, splits_lib.NAMES, prepared.shards)
         dropped = 0
         for rows in _converted(source, plan):
             writer.write(rows.records, convert_lib.assign(plan, rows, cuts), rows.hashes)
             dropped += rows.dropped
         files = writer.close()
-        return prepared_lib.publish(prepared, storage, tmp, writer.rows, dropped, files,
-                                    time.time() - start)
+        return prepared_lib.publish(
+            prepared, storage, tmp, writer.rows, dropped, files, time.time() - start
+        )
 
 
 def _converted(source, plan):

@@ -4,6 +4,7 @@ its columns from the first batch, size the shards; then say what was written."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 from absl import logging
@@ -24,17 +25,18 @@ _FRAMING = 16
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     options: Options
-    source: object
+    source: Any  # sources.FileSource or sources.BigQuerySource
     plan: convert_lib.Plan
-    shards: tuple          # files per split
+    shards: tuple  # files per split
     estimated_rows: int
 
 
 def open_source(options: Options, storage: storage_lib.Storage):
     if options.input:
         return sources_lib.FileSource(options.input, storage, dict(options.column_types))
-    return sources_lib.BigQuerySource(options.bigquery_table, options.bigquery_query,
-                                      options.project)
+    return sources_lib.BigQuerySource(
+        options.bigquery_table, options.bigquery_query, options.project
+    )
 
 
 def prepare(options: Options, storage: storage_lib.Storage) -> Prepared:
@@ -54,27 +56,38 @@ def prepare(options: Options, storage: storage_lib.Storage) -> Prepared:
             break
     if first is None:
         raise PrepareError(f"{source.describe()}: no rows to convert")
-    plan = convert_lib.plan(first, where, options.label, options.columns, options.exclude,
-                            options.split, options.key, options.seed)
+    assert where is not None  # set with `first`
+    plan = convert_lib.plan(
+        first,
+        where,
+        options.label,
+        options.columns,
+        options.exclude,
+        options.split,
+        options.key,
+        options.seed,
+    )
     sample = convert_lib.convert(plan, first, where).records
     per_row = float(np.mean([len(r) for r in sample])) + _FRAMING if len(sample) else 0
     rows = max(source.estimate_rows(), first.num_rows)
     fractions = plan.split.fractions or (0.8, 0.1, 0.1)  # a column split: a guess
-    shards = tuple(options.num_shards or shards_lib.num_shards(rows * per_row * f)
-                   for f in fractions)
+    shards = tuple(
+        options.num_shards or shards_lib.num_shards(rows * per_row * f) for f in fractions
+    )
     return Prepared(options, source, plan, shards, rows)
 
 
-def report(prepared: Prepared, rows: list, dropped: int, files: list,
-           seconds: float) -> dict:
+def report(prepared: Prepared, rows: list, dropped: int, files: list, seconds: float) -> dict:
     """prepare.json: where the rows came from and went, and how columns were typed.
 
     Raises:
       PrepareError: when no row had a label.
     """
     if not sum(rows):
-        raise PrepareError(f"{prepared.source.describe()}: no row has a value in the "
-                           f"--label column {prepared.plan.label!r}")
+        raise PrepareError(
+            f"{prepared.source.describe()}: no row has a value in the "
+            f"--label column {prepared.plan.label!r}"
+        )
     plan = prepared.plan
     return {
         "source": prepared.source.describe(),
@@ -82,17 +95,28 @@ def report(prepared: Prepared, rows: list, dropped: int, files: list,
         "key": plan.key,
         "seed": plan.seed,
         "split": plan.split.to_json(),
-        "rows": {"read": sum(rows) + dropped, "without_label": dropped,
-                 **dict(zip(splits_lib.NAMES, rows))},
+        "rows": {
+            "read": sum(rows) + dropped,
+            "without_label": dropped,
+            **dict(zip(splits_lib.NAMES, rows)),
+        },
         "columns": plan.to_json(),
-        "files": {name: [f for f in files if f.startswith(name + "-")]
-                  for name in splits_lib.NAMES},
+        "files": {
+            name: [f for f in files if f.startswith(name + "-")] for name in splits_lib.NAMES
+        },
         "seconds": round(seconds, 2),
     }
 
 
-def publish(prepared: Prepared, storage: storage_lib.Storage, tmp: str, rows: list,
-            dropped: int, files: list, seconds: float) -> dict:
+def publish(
+    prepared: Prepared,
+    storage: storage_lib.Storage,
+    tmp: str,
+    rows: list,
+    dropped: int,
+    files: list,
+    seconds: float,
+) -> dict:
     """Writes prepare.json into `tmp`, the output being published
     (`Storage.publishing`)."""
     out = report(prepared, rows, dropped, files, seconds)
@@ -103,12 +127,19 @@ def publish(prepared: Prepared, storage: storage_lib.Storage, tmp: str, rows: li
 
 def summary(report: dict) -> str:
     rows = report["rows"]
-    parts = [f"{name} {rows[name]:,} rows in {len(report['files'][name])} file(s)"
-             for name in splits_lib.NAMES]
-    dropped = (f"; {rows['without_label']:,} rows without a label left out"
-               if rows["without_label"] else "")
-    return (f"{rows['read']:,} rows of {report['source']}: {', '.join(parts)}{dropped} "
-            f"({report['seconds']:.1f} s)")
+    parts = [
+        f"{name} {rows[name]:,} rows in {len(report['files'][name])} file(s)"
+        for name in splits_lib.NAMES
+    ]
+    dropped = (
+        f"; {rows['without_label']:,} rows without a label left out"
+        if rows["without_label"]
+        else ""
+    )
+    return (
+        f"{rows['read']:,} rows of {report['source']}: {', '.join(parts)}{dropped} "
+        f"({report['seconds']:.1f} s)"
+    )
 
 
 def check_output(options: Options, storage: storage_lib.Storage) -> None:

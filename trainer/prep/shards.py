@@ -34,10 +34,11 @@ def file_name(split: str, shard: int, count: int) -> str:
 class Writer:
     """Writes rows to the shards of each split under `folder` (files open on first use)."""
 
-    def __init__(self, storage: storage_lib.Storage, folder: str, names: tuple,
-                 counts: tuple) -> None:
+    def __init__(
+        self, storage: storage_lib.Storage, folder: str, names: tuple, counts: tuple
+    ) -> None:
         self.storage, self.folder, self.names, self.counts = storage, folder, names, counts
-        self._open = {}
+        self._open: dict = {}
         self.rows = [0] * len(names)
 
     def write(self, records: np.ndarray, split: np.ndarray, h: np.ndarray) -> None:

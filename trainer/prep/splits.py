@@ -39,7 +39,7 @@ class Split:
         return self.method in ("stratified", "timestamp")
 
     def to_json(self) -> dict:
-        out = {"method": self.method}
+        out: dict = {"method": self.method}
         if self.method != "column":
             out["fractions"] = dict(zip(NAMES, self.fractions))
         if self.column:
@@ -71,8 +71,10 @@ def parse(text: str) -> Split:
     except ValueError:
         raise PrepareError(f"--split={text!r}: fractions must be numbers") from None
     if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1) > 1e-6:
-        raise PrepareError(f"--split={text!r}: expected three fractions (train, validation, "
-                           f"test) that sum to 1, got {list(fractions)}")
+        raise PrepareError(
+            f"--split={text!r}: expected three fractions (train, validation, "
+            f"test) that sum to 1, got {list(fractions)}"
+        )
     if fractions[0] == 0:
         raise PrepareError(f"--split={text!r}: the training fraction must be above 0")
     return Split(method, fractions, column)
@@ -80,8 +82,11 @@ def parse(text: str) -> Split:
 
 def hashes(values: np.ndarray, seed: int) -> np.ndarray:
     """Keyed SipHash of each bytes value, in [0, 2**62)."""
-    return tf.strings.to_hash_bucket_strong(
-        values, HASH_RANGE, key=[seed, 0x7472_6169_6E65_72]).numpy().astype(np.int64)
+    return (
+        tf.strings.to_hash_bucket_strong(values, HASH_RANGE, key=[seed, 0x7472_6169_6E65_72])
+        .numpy()
+        .astype(np.int64)
+    )
 
 
 def random_split(h: np.ndarray, fractions: tuple) -> np.ndarray:
@@ -100,9 +105,11 @@ def column_split(values: list, name: str, where: str) -> np.ndarray:
     for i, v in enumerate(values):  # few distinct values; errors need the row
         code = _COLUMN_VALUES.get(str(v).lower()) if v is not None else None
         if code is None:
-            raise PrepareError(f"{where}, row {i + 1}: split column {name!r} holds {v!r}; "
-                               "expected TRAIN, VALIDATE or TEST (or training, validation, "
-                               "test)")
+            raise PrepareError(
+                f"{where}, row {i + 1}: split column {name!r} holds {v!r}; "
+                "expected TRAIN, VALIDATE or TEST (or training, validation, "
+                "test)"
+            )
         out[i] = code
     return out
 

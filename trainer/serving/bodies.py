@@ -1,7 +1,7 @@
 """Prediction request bodies, answered by an exported model the way Vertex AI expects.
 
 One decoder for the serving image's server (`trainer/server.py`) and for
-`scripts/predict.py --body`, so a body tested offline is answered the same online. It
+`trainer.predict --body`, so a body tested offline is answered the same online. It
 follows TF Serving's REST predict API, which Vertex's prebuilt TensorFlow images ran:
 row (`instances`) or columnar (`inputs`) format, `{"b64": ...}` objects as bytes, answers
 in row format. The signature is `signature_name` at the top of the body (a rawPredict
@@ -14,13 +14,13 @@ serving compatibility test, where the rest of the package is not installed.
 
 from __future__ import annotations
 
-from trainer.base import contracts
-
 import base64
 import binascii
 import re
 
 import tensorflow as tf
+
+from trainer.base import contracts
 
 DEFAULT_SIGNATURE = contracts.SERVING_DEFAULT
 
@@ -54,8 +54,10 @@ def answer(body, model) -> dict:
         raise BodyError(f"the body must be a JSON object, not {type(body).__name__}")
     name = signature_name(body)
     if name not in model.signatures:
-        raise BodyError(f"signature_name {name!r} is not in the model (it has "
-                        f"{', '.join(sorted(model.signatures))})")
+        raise BodyError(
+            f"signature_name {name!r} is not in the model (it has "
+            f"{', '.join(sorted(model.signatures))})"
+        )
     signature = model.signatures[name]
     specs = signature.structured_input_signature[1]
     if "instances" in body:
@@ -65,8 +67,10 @@ def answer(body, model) -> dict:
         columns = inputs if isinstance(inputs, dict) else {next(iter(specs)): inputs}
         missing, extra = set(specs) - set(columns), set(columns) - set(specs)
         if missing or extra:
-            raise BodyError(f"signature {name!r} takes {sorted(specs)}; the body is missing "
-                            f"{sorted(missing)} and has unknown {sorted(extra)}")
+            raise BodyError(
+                f"signature {name!r} takes {sorted(specs)}; the body is missing "
+                f"{sorted(missing)} and has unknown {sorted(extra)}"
+            )
     else:
         raise BodyError('the body has neither "instances" nor "inputs"')
     tensors = {key: _tensor(key, columns[key], spec) for key, spec in specs.items()}
@@ -76,12 +80,14 @@ def answer(body, model) -> dict:
         raise BodyError(_culprit(signature, tensors, e)) from None
     # Column by column: only string outputs (the classes) need decoding, and a generic
     # walk over every number cost more than the model itself on 100 instances.
-    columns = [jsonable(v.numpy().tolist()) if v.dtype == tf.string else v.numpy().tolist()
-               for v in outputs.values()]
-    if len(columns) == 1:
-        return {"predictions": columns[0]}
+    answers = [
+        jsonable(v.numpy().tolist()) if v.dtype == tf.string else v.numpy().tolist()
+        for v in outputs.values()
+    ]
+    if len(answers) == 1:
+        return {"predictions": answers[0]}
     names = list(outputs)
-    return {"predictions": [dict(zip(names, values)) for values in zip(*columns)]}
+    return {"predictions": [dict(zip(names, row)) for row in zip(*answers)]}
 
 
 def _columns(instances, specs: dict, name: str) -> dict:
@@ -93,13 +99,14 @@ def _columns(instances, specs: dict, name: str) -> dict:
         if single and not (isinstance(instance, dict) and single in instance):
             instance = {single: instance}  # one input: each instance is its value
         if not isinstance(instance, dict):
-            raise BodyError(f"instances[{i}] is not an object of named inputs "
-                            f"({sorted(specs)})")
+            raise BodyError(f"instances[{i}] is not an object of named inputs ({sorted(specs)})")
         missing, extra = set(specs) - set(instance), set(instance) - set(specs)
         if missing or extra:
-            raise BodyError(f"instances[{i}]: signature {name!r} takes {sorted(specs)}; the "
-                            f"body is missing {sorted(missing)} and has unknown "
-                            f"{sorted(extra)}")
+            raise BodyError(
+                f"instances[{i}]: signature {name!r} takes {sorted(specs)}; the "
+                f"body is missing {sorted(missing)} and has unknown "
+                f"{sorted(extra)}"
+            )
         for key, value in instance.items():
             columns[key].append(value)
     return columns
@@ -126,8 +133,9 @@ def _tensor(key: str, values, spec: tf.TensorSpec) -> tf.Tensor:
         try:
             tf.constant(_decode([value]), dtype=spec.dtype)
         except (ValueError, TypeError, tf.errors.OpError):
-            raise BodyError(f"instances[{i}] input {key!r}: {_short(value)} is not "
-                            f"{_kind(spec.dtype)}") from None
+            raise BodyError(
+                f"instances[{i}] input {key!r}: {_short(value)} is not {_kind(spec.dtype)}"
+            ) from None
     raise BodyError(f"input {key!r}: values are not {_kind(spec.dtype)}")
 
 
@@ -137,7 +145,7 @@ def _culprit(signature, tensors: dict, error: Exception) -> str:
     n = int(next(iter(tensors.values())).shape[0])
     for i in range(n):
         try:
-            signature(**{k: v[i:i + 1] for k, v in tensors.items()})
+            signature(**{k: v[i : i + 1] for k, v in tensors.items()})
         except tf.errors.InvalidArgumentError as e:
             return f"instances[{i}]: {_reason(e)}"
     return _reason(error)
@@ -147,19 +155,21 @@ def _reason(error: Exception) -> str:
     """TensorFlow's message in one line, without its "Graph execution error" preamble
     and op names."""
     text = re.sub(r"\s*\[Op:[^\]]*\]", "", getattr(error, "message", "") or str(error))
-    lines = [line.strip() for line in text.splitlines()
-             if line.strip() and line.strip() != "Graph execution error:"]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and line.strip() != "Graph execution error:"
+    ]
     line = lines[0] if lines else type(error).__name__
     # Its value is binary: cut, not shown. What the value is not says enough.
-    line = re.sub(r"Could not parse example input, value: .*",
-                  "not a serialized tf.Example", line)
+    line = re.sub(r"Could not parse example input, value: .*", "not a serialized tf.Example", line)
     return line if len(line) <= 200 else line[:197] + "..."
 
 
 def _decode(value):
     if isinstance(value, dict):
         if set(value) != {"b64"}:
-            raise BodyError(f"an object value must be {{\"b64\": ...}}, not {sorted(value)}")
+            raise BodyError(f'an object value must be {{"b64": ...}}, not {sorted(value)}')
         try:
             return base64.b64decode(value["b64"], validate=True)
         except (binascii.Error, TypeError, ValueError):
@@ -170,8 +180,7 @@ def _decode(value):
 
 
 def _kind(dtype: tf.DType) -> str:
-    return {tf.string: "a string (or {\"b64\": ...})", tf.int64: "an integer"}.get(
-        dtype, "a number")
+    return {tf.string: 'a string (or {"b64": ...})', tf.int64: "an integer"}.get(dtype, "a number")
 
 
 def _short(value) -> str:

@@ -12,6 +12,8 @@ import urllib.request
 import tensorflow as tf
 
 from trainer.base import contracts
+from trainer.base import storage as storage_lib
+from trainer.data import schema as schema_lib
 from trainer.serving.bodies import BodyError, jsonable
 from trainer.serving.explain import ExplainError, baseline, shapley
 
@@ -34,7 +36,7 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
     a variable-length one is cut or padded to its size (with "" or -1 for categories,
     NaN for numbers, which TF Serving's JSON accepts)."""
     spec = model.signatures[contracts.PREDICT].structured_input_signature[1]
-    with tf.io.gfile.GFile(f"{model_dir.rstrip('/')}/schema.json") as f:
+    with tf.io.gfile.GFile(storage_lib.join(model_dir, contracts.SCHEMA_FILE)) as f:
         schema = {feat["name"]: feat for feat in json.load(f)["features"]}
     instances = []
     for record in records:
@@ -42,13 +44,11 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
         instance = {}
         for name, tensor_spec in spec.items():
             kind = features[name].WhichOneof("kind") if name in features else None
-            values = [jsonable(v) for v in getattr(features[name], kind).value] if kind \
-                else []
+            values = [jsonable(v) for v in getattr(features[name], kind).value] if kind else []
             size = tensor_spec.shape[1] if tensor_spec.shape.rank == 2 else 1
             feature = schema[name]
             if feature.get("varlen"):
-                pad = (float("nan") if feature["kind"] == "numeric" else
-                       "" if feature["dtype"] == "string" else -1)
+                pad = schema_lib.pad_value(feature["kind"], feature["dtype"])
                 instance[name] = (values + [pad] * size)[:size]
                 continue
             values = values or [feature["default"]] * size
@@ -59,15 +59,20 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
 
 def print_explanations(model, records: list[bytes], model_dir: str, orders: int) -> None:
     if contracts.PREDICT not in model.signatures:
-        raise ExplainError(f"{model_dir}: no 'predict' signature (raw features) to explain; "
-                           "export the model with trainer.task")
+        raise ExplainError(
+            f"{model_dir}: no 'predict' signature (raw features) to explain; "
+            "export the model with trainer.task"
+        )
     instances = raw_body(records, model_dir, model)["instances"]
-    with tf.io.gfile.GFile(f"{model_dir.rstrip('/')}/schema.json") as f:
-        base = baseline(json.load(f), model.signatures[contracts.PREDICT].structured_input_signature[1])
+    with tf.io.gfile.GFile(storage_lib.join(model_dir, contracts.SCHEMA_FILE)) as f:
+        base = baseline(
+            json.load(f), model.signatures[contracts.PREDICT].structured_input_signature[1]
+        )
     for i, instance in enumerate(instances):
         found = shapley(model, instance, base, orders=orders)
-        found["contributions"] = dict(sorted(found["contributions"].items(),
-                                             key=lambda kv: -abs(kv[1])))
+        found["contributions"] = dict(
+            sorted(found["contributions"].items(), key=lambda kv: -abs(kv[1]))
+        )
         print(json.dumps({"example": i, **found}))
 
 
@@ -104,9 +109,15 @@ def send(endpoint: str, body: dict, timeout_s: float = 60.0) -> dict:
     parts = urllib.parse.urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise BodyError(f"--endpoint={endpoint!r}: expected http://HOST:PORT[/ROUTE]")
-    url = endpoint if parts.path not in ("", "/") else endpoint.rstrip("/") + contracts.PREDICT_ROUTE
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    url = (
+        endpoint if parts.path not in ("", "/") else endpoint.rstrip("/") + contracts.PREDICT_ROUTE
+    )
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.load(response)

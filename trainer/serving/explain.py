@@ -8,17 +8,17 @@ the orders only decide how that difference is shared. For a model linear in its 
 inputs every order gives w_i * (x_i - baseline_i), the exact Shapley value.
 
 The baseline is each feature's mean from the export's schema.json (numbers; rounded for
-integers), its most
-frequent value (categories: the first of the vocabulary), or missing (variable-length
-features). TensorFlow only: scripts/predict.py uses it without the package's other parts.
+integers), its most frequent value (categories: the first of the vocabulary), or missing
+(variable-length features): an export and its schema.json are all it needs.
 """
 
 from __future__ import annotations
 
-from trainer.base import contracts
-
 import numpy as np
 import tensorflow as tf
+
+from trainer.base import contracts
+from trainer.data import schema as schema_lib
 
 ORDERS = 64  # random orders (and their reverses) per instance
 
@@ -33,8 +33,7 @@ def baseline(schema: dict, specs: dict) -> dict:
     for f in schema["features"]:
         size = specs[f["name"]].shape[1] if specs[f["name"]].shape.rank == 2 else None
         if f.get("varlen"):
-            value = (float("nan") if f["kind"] == "numeric" else
-                     "" if f["dtype"] == "string" else -1)
+            value = schema_lib.pad_value(f["kind"], f["dtype"])
         elif f["kind"] == "numeric":
             value = f["mean"] if f["dtype"] == "float" else int(round(f["mean"]))
         else:
@@ -56,13 +55,13 @@ def target(outputs: dict, instance_outputs: dict | None = None) -> np.ndarray:
     return p[:, chosen]
 
 
-def shapley(model, instance: dict, base: dict, orders: int = ORDERS,
-            seed: int = 0) -> dict:
+def shapley(model, instance: dict, base: dict, orders: int = ORDERS, seed: int = 0) -> dict:
     """{feature: contribution} for one instance (JSON-like values per feature), with
     `prediction` and `baseline_prediction`; contributions sum to their difference."""
     if contracts.PREDICT not in model.signatures:
-        raise ExplainError("the model has no 'predict' signature (raw features); export "
-                           "it with trainer.task")
+        raise ExplainError(
+            "the model has no 'predict' signature (raw features); export it with trainer.task"
+        )
     signature = model.signatures[contracts.PREDICT]
     specs = signature.structured_input_signature[1]
     names = sorted(specs)
@@ -73,7 +72,7 @@ def shapley(model, instance: dict, base: dict, orders: int = ORDERS,
     taken = np.zeros((1 + len(perms) * len(names), len(names)), bool)
     for k, perm in enumerate(perms):
         for j in range(len(names)):
-            taken[1 + k * len(names) + j, perm[:j + 1]] = True
+            taken[1 + k * len(names) + j, perm[: j + 1]] = True
     columns = {}
     for i, name in enumerate(names):
         spec = specs[name]
@@ -87,8 +86,11 @@ def shapley(model, instance: dict, base: dict, orders: int = ORDERS,
     contributions = np.zeros(len(names))
     for k, perm in enumerate(perms):
         start = 1 + k * len(names)
-        before = np.concatenate([[f[0]], f[start:start + len(names) - 1]])
-        contributions[perm] += f[start:start + len(names)] - before
+        before = np.concatenate([[f[0]], f[start : start + len(names) - 1]])
+        contributions[perm] += f[start : start + len(names)] - before
     contributions /= len(perms)
-    return {"prediction": float(target(own_outputs)[0]), "baseline_prediction": float(f[0]),
-            "contributions": dict(zip(names, contributions.tolist()))}
+    return {
+        "prediction": float(target(own_outputs)[0]),
+        "baseline_prediction": float(f[0]),
+        "contributions": dict(zip(names, contributions.tolist())),
+    }

@@ -16,27 +16,32 @@ import keras
 import tensorflow as tf
 
 from trainer.base import contracts
-from trainer.model import heads
 from trainer.data import inputs
 from trainer.data import schema as schema_lib
+from trainer.model import heads
 
 
 def feature_signature(schema: schema_lib.Schema) -> dict[str, tf.TensorSpec]:
     """Input specs of the `predict` signature: [batch] for scalars, else [batch, size];
     a variable-length feature padded to its size with `Feature.pad_value` (JSON
     instances cannot be ragged)."""
-    return {f.name: tf.TensorSpec([None] if f.size == 1 and not f.varlen else [None, f.size],
-                                  f.parsed_dtype, name=f.name)
-            for f in schema.features}
+    return {
+        f.name: tf.TensorSpec(
+            [None] if f.size == 1 and not f.varlen else [None, f.size], f.parsed_dtype, name=f.name
+        )
+        for f in schema.features
+    }
 
 
-def write_saved_model(model: keras.Model, schema: schema_lib.Schema, head: heads.Head,
-                      path: str) -> None:
+def write_saved_model(
+    model: keras.Model, schema: schema_lib.Schema, head: heads.Head, path: str
+) -> None:
     """Writes the SavedModel to `path` (a path TensorFlow can open).
 
     Under a multi-worker strategy every worker must call this (reading variables may
     involve collectives); only the chief's `path` should be the real destination.
     """
+
     def serve_examples(examples):
         return head.outputs(model(inputs.parse_features(examples, schema), training=False))
 
@@ -47,10 +52,14 @@ def write_saved_model(model: keras.Model, schema: schema_lib.Schema, head: heads
 
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint(contracts.SERVING_DEFAULT, serve_examples,
-                         input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    archive.add_endpoint(contracts.PREDICT, serve_features,
-                         input_signature=[feature_signature(schema)])
+    archive.add_endpoint(
+        contracts.SERVING_DEFAULT,
+        serve_examples,
+        input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
+    )
+    archive.add_endpoint(
+        contracts.PREDICT, serve_features, input_signature=[feature_signature(schema)]
+    )
     # Newer Keras prints every captured tensor unless told not to; Keras 3.4 (Vertex's
     # TF 2.17 images) has no such argument and prints nothing.
     takes_verbose = "verbose" in inspect.signature(archive.write_out).parameters

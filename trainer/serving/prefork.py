@@ -49,13 +49,18 @@ class Workers:
             pid = os.fork()
             if pid == 0:
                 self.is_parent, self.children, self.readiness.index = False, [], index
-                threading.Thread(target=self._exit_with, args=(parent,), daemon=True,
-                                 name="parent-watch").start()
+                threading.Thread(
+                    target=self._exit_with, args=(parent,), daemon=True, name="parent-watch"
+                ).start()
                 return
             self.children.append(pid)
         if self.children:
-            threading.Thread(target=self._wait_children, args=(on_child_exit,), daemon=True,
-                             name="children-watch").start()
+            threading.Thread(
+                target=self._wait_children,
+                args=(on_child_exit,),
+                daemon=True,
+                name="children-watch",
+            ).start()
 
     def stop(self) -> None:
         for pid in self.children:

@@ -3,7 +3,7 @@
 Vertex sends health checks to `AIP_HEALTH_ROUTE` and predict, rawPredict and batch
 prediction bodies to `AIP_PREDICT_ROUTE`, on `AIP_HTTP_PORT`. The server listens at once
 and loads the model in the background: health answers 503 until the model is loaded and
-warmed up, 200 after. A body is answered by `trainer.serving.bodies`, as `scripts/predict.py
+warmed up, 200 after. A body is answered by `trainer.serving.bodies`, as `trainer.predict
 --body` answers it offline. Every error is one JSON line, `{"error": "..."}`: 400 for a
 body that cannot be answered (naming the instance or input), 411/413 for a body without a
 length or over `max_body_bytes`, 404 for another route, 503 while loading.
@@ -28,7 +28,7 @@ import time
 from trainer.base import contracts
 from trainer.serving import prefork
 
-# The contract the serving image declares to Vertex (vertex/models.py) and the local
+# The contract the serving image declares to Vertex (trainer/vertex/models.py) and the local
 # defaults; on Vertex the AIP_* variables carry them.
 # Vertex AI's limit on a request to a shared public endpoint.
 MAX_BODY_BYTES = 1_500_000
@@ -44,13 +44,13 @@ DRAIN_LIMIT_BYTES = 16 << 20
 class ServerConfig:
     """Where the export is and how the server answers."""
 
-    model_dir: str                      # a path TensorFlow can open (gs:// included)
+    model_dir: str  # a path TensorFlow can open (gs:// included)
     host: str = "127.0.0.1"
     port: int = contracts.HTTP_PORT
     health_route: str = contracts.HEALTH_ROUTE
     predict_route: str = contracts.PREDICT_ROUTE
     max_body_bytes: int = MAX_BODY_BYTES
-    processes: int = 1                  # worker processes on the one socket (prefork.py)
+    processes: int = 1  # worker processes on the one socket (prefork.py)
 
 
 class ModelSlot:
@@ -69,34 +69,42 @@ class ModelSlot:
     def load(self, model_dir: str) -> None:
         """Loads and warms up the SavedModel; on failure records one line in `error`."""
         from trainer.base.quiet import quiet_stderr
+
         with quiet_stderr():
             import tensorflow as tf  # here: the server listens before TensorFlow starts
+
             tf.constant(0)  # the runtime starts (and prints) on the first op
 
         from trainer.serving import bodies
+
         started = time.monotonic()
         try:
             model = tf.saved_model.load(model_dir)
             if bodies.DEFAULT_SIGNATURE not in model.signatures:
-                raise ValueError(f"the SavedModel has no {bodies.DEFAULT_SIGNATURE!r} "
-                                 "signature; export it with trainer.task")
+                raise ValueError(
+                    f"the SavedModel has no {bodies.DEFAULT_SIGNATURE!r} "
+                    "signature; export it with trainer.task"
+                )
         except Exception as e:  # noqa: BLE001  any failure ends the server: report it
             lines = (getattr(e, "message", "") or str(e)).strip().splitlines()
             self.error = f"cannot load the model in {model_dir}: " + (
-                lines[0] if lines else type(e).__name__)
+                lines[0] if lines else type(e).__name__
+            )
             return
         try:
             # The first call of a signature builds its runtime state: pay it before the
             # first request. An empty batch has nothing to predict but runs the graph.
             model.signatures[bodies.DEFAULT_SIGNATURE](examples=tf.constant([], tf.string))
         except Exception as e:  # noqa: BLE001  a model that needs a real example
-            logging.warning("warm-up call failed (%s); the first request pays it instead",
-                            type(e).__name__)
+            logging.warning(
+                "warm-up call failed (%s); the first request pays it instead", type(e).__name__
+            )
         self._model = model
         self.readiness.set()
         if self.readiness.index == 0:
-            logging.info("model %s loaded in %.1f s; serving", model_dir,
-                         time.monotonic() - started)
+            logging.info(
+                "model %s loaded in %.1f s; serving", model_dir, time.monotonic() - started
+            )
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -108,8 +116,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path != self.server.config.health_route:
-            return self._send(404, {"error": f"no route {self.path}; health is "
-                                             f"{self.server.config.health_route}"})
+            return self._send(
+                404, {"error": f"no route {self.path}; health is {self.server.config.health_route}"}
+            )
         if self.server.slot.get() is None or not self.server.slot.readiness.all():
             return self._send(503, {"error": "the model is loading"})
         self._send(200, {"status": "ready"})
@@ -118,16 +127,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
         config = self.server.config
         if self.path != config.predict_route:
             self._discard_body()
-            return self._send(404, {"error": f"no route {self.path}; predictions are "
-                                             f"{config.predict_route}"})
+            return self._send(
+                404, {"error": f"no route {self.path}; predictions are {config.predict_route}"}
+            )
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
             self.close_connection = True
             return self._send(411, {"error": "the request needs a Content-Length header"})
         if int(length) > config.max_body_bytes:
             self._discard_body()
-            return self._send(413, {"error": f"the body has {int(length):,} bytes; at most "
-                                             f"{config.max_body_bytes:,} are accepted"})
+            return self._send(
+                413,
+                {
+                    "error": f"the body has {int(length):,} bytes; at most "
+                    f"{config.max_body_bytes:,} are accepted"
+                },
+            )
         data = self.rfile.read(int(length))
         if len(data) < int(length):
             self.close_connection = True  # the client went away mid-body
@@ -136,6 +151,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if model is None:
             return self._send(503, {"error": "the model is loading"})
         from trainer.serving import bodies  # TensorFlow is loaded by now
+
         try:
             body = json.loads(data)
         except (ValueError, UnicodeDecodeError) as e:
@@ -200,8 +216,12 @@ class Server(http.server.ThreadingHTTPServer):
         kind, error = sys.exc_info()[:2]
         if kind and issubclass(kind, (ConnectionError, TimeoutError)):
             return
-        logging.error("connection from %s:%s failed: %s: %s", *client_address[:2],
-                      getattr(kind, "__name__", kind), error)
+        logging.error(
+            "connection from %s:%s failed: %s: %s",
+            *client_address[:2],
+            getattr(kind, "__name__", kind),
+            error,
+        )
 
     def server_bind(self) -> None:
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -219,14 +239,18 @@ def serve(config: ServerConfig) -> str | None:
     readiness = prefork.Readiness(config.processes)
     slot = ModelSlot(readiness)
     server = Server(config, slot)
-    logging.info("listening on %s:%d (health %s, predict %s)", config.host,
-                 server.server_address[1], config.health_route, config.predict_route)
+    logging.info(
+        "listening on %s:%d (health %s, predict %s)",
+        config.host,
+        server.server_address[1],
+        config.health_route,
+        config.predict_route,
+    )
     workers = prefork.Workers(readiness)
     child_error: list[str] = []
 
     def on_child_exit(index: int, code: int) -> None:
-        child_error.append(f"worker process {index} of {config.processes} exited with code "
-                           f"{code}")
+        child_error.append(f"worker process {index} of {config.processes} exited with code {code}")
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     workers.fork(config.processes, on_child_exit)

@@ -16,9 +16,8 @@ import tensorflow as tf
 from trainer.train import checkpoints as checkpoints_lib
 from trainer.train import history as history_lib
 from trainer.train import loops as loops_lib
-from trainer.train import preemption
+from trainer.train import preemption, validation
 from trainer.train import progress as progress_lib
-from trainer.train import validation
 
 
 class TrainingError(RuntimeError):
@@ -50,8 +49,9 @@ class Every:
     last: int | None = None
 
     def due(self, step: int) -> bool:
-        return self.steps is None or step == self.last or (
-            bool(self.steps) and step % self.steps == 0)
+        return (
+            self.steps is None or step == self.last or (bool(self.steps) and step % self.steps == 0)
+        )
 
     def steps_until(self, step: int) -> int | None:
         """Steps from `step` to the next multiple of `steps` (None: no bound)."""
@@ -83,7 +83,8 @@ class CheckLoss(Action):
             raise TrainingError(
                 f"loss became {end.loss} in the steps up to {end.step}; lower --learning_rate "
                 "or look for extreme values in the data (the last good checkpoint, "
-                f"{f'step {last}' if last is not None else 'none'}, is kept)")
+                f"{f'step {last}' if last is not None else 'none'}, is kept)"
+            )
 
 
 class Progress(Action):
@@ -138,8 +139,7 @@ class Checkpoint(Action):
     """Checkpoints (with the history) every --checkpoint_every_steps, and at the end
     unless the last loop just saved one."""
 
-    def __init__(self, ckpt: checkpoints_lib.Checkpoints, history: history_lib.History,
-                 every: int):
+    def __init__(self, ckpt: checkpoints_lib.Checkpoints, history: history_lib.History, every: int):
         self.ckpt, self.history = ckpt, history
         self.when = Every(every)
         self.saved: int | None = None
@@ -161,18 +161,26 @@ class Preemption:
     """Before each inner loop: after SIGTERM (on any worker of a cluster: all must save
     together), checkpoint and raise `preemption.Preempted`."""
 
-    def __init__(self, stop: preemption.StopRequest, loops: loops_lib.Loops,
-                 checkpoint: Checkpoint, in_cluster: bool, train_steps: int,
-                 checkpoint_dir: str):
+    def __init__(
+        self,
+        stop: preemption.StopRequest,
+        loops: loops_lib.Loops,
+        checkpoint: Checkpoint,
+        in_cluster: bool,
+        train_steps: int,
+        checkpoint_dir: str,
+    ):
         self.stop, self.loops, self.checkpoint = stop, loops, checkpoint
         self.in_cluster, self.train_steps = in_cluster, train_steps
         self.checkpoint_dir = checkpoint_dir
 
     def __call__(self, step: int) -> None:
-        requested = (self.loops.any_replica(self.stop.requested) if self.in_cluster
-                     else self.stop.requested)
+        requested = (
+            self.loops.any_replica(self.stop.requested) if self.in_cluster else self.stop.requested
+        )
         if requested:
             self.checkpoint.save(step)
             raise preemption.Preempted(
                 f"stopped by SIGTERM at step {step} of {self.train_steps}; checkpoint "
-                f"saved to {self.checkpoint_dir}; run the job again to resume")
+                f"saved to {self.checkpoint_dir}; run the job again to resume"
+            )

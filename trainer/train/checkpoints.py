@@ -22,14 +22,20 @@ class CheckpointError(ValueError):
 
 
 class Checkpoints:
-    def __init__(self, storage: storage_lib.Storage, directory: str, is_chief: bool,
-                 max_to_keep: int = 3, **trackables):
+    def __init__(
+        self,
+        storage: storage_lib.Storage,
+        directory: str,
+        is_chief: bool,
+        max_to_keep: int = 3,
+        **trackables,
+    ):
         """Args:
-          storage: resolves `directory`.
-          directory: the job's checkpoint folder (URI).
-          is_chief: whether this process writes there.
-          max_to_keep: how many checkpoints to keep.
-          **trackables: what to save (model, optimizer, ...).
+        storage: resolves `directory`.
+        directory: the job's checkpoint folder (URI).
+        is_chief: whether this process writes there.
+        max_to_keep: how many checkpoints to keep.
+        **trackables: what to save (model, optimizer, ...).
         """
         self.directory = directory
         self.is_chief = is_chief
@@ -58,7 +64,8 @@ class Checkpoints:
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise CheckpointError(
                 f"checkpoint {latest} does not fit this model ({storage_lib.first_line(e)}); "
-                f"use the flags it was written with, or a new --checkpoint_dir") from None
+                f"use the flags it was written with, or a new --checkpoint_dir"
+            ) from None
         logging.info("restored checkpoint %s", latest)
         return True
 

@@ -11,11 +11,23 @@ from __future__ import annotations
 import collections
 
 # Ops that wait on the other replicas (TensorFlow's collective ops, and NCCL's).
-COLLECTIVE_OPS = frozenset({
-    "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3", "CollectiveGather",
-    "CollectiveGatherV2", "CollectiveBcastSend", "CollectiveBcastRecv",
-    "CollectiveBcastSendV2", "CollectiveBcastRecvV2", "CollectiveAllToAllV2",
-    "CollectiveAllToAllV3", "CollectiveReduceScatterV2", "NcclAllReduce"})
+COLLECTIVE_OPS = frozenset(
+    {
+        "CollectiveReduce",
+        "CollectiveReduceV2",
+        "CollectiveReduceV3",
+        "CollectiveGather",
+        "CollectiveGatherV2",
+        "CollectiveBcastSend",
+        "CollectiveBcastRecv",
+        "CollectiveBcastSendV2",
+        "CollectiveBcastRecvV2",
+        "CollectiveAllToAllV2",
+        "CollectiveAllToAllV3",
+        "CollectiveReduceScatterV2",
+        "NcclAllReduce",
+    }
+)
 LOOPS = ("While", "StatelessWhile")
 
 
@@ -62,6 +74,9 @@ def _reachable(functions: dict, roots: list[str], exclude=frozenset()) -> set[st
         if name in seen:
             continue
         seen.add(name)
-        todo.extend(f for f in _called(functions[name].node_def)
-                    if f in functions and f not in seen and f not in exclude)
+        todo.extend(
+            f
+            for f in _called(functions[name].node_def)
+            if f in functions and f not in seen and f not in exclude
+        )
     return seen

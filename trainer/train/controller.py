@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from trainer.train import actions as actions_lib
 
 
-def run(train: Callable[[int], float], step: int, last: int, steps_per_loop: int,
-        global_batch_size: int, actions: Sequence[actions_lib.Action],
-        before_loop: Callable[[int], None]) -> tuple[int, float]:
+def run(
+    train: Callable[[int], float],
+    step: int,
+    last: int,
+    steps_per_loop: int,
+    global_batch_size: int,
+    actions: Sequence[actions_lib.Action],
+    before_loop: Callable[[int], None],
+) -> tuple[int, float]:
     """Trains from `step` to `last`.
 
     Args:
@@ -26,13 +32,17 @@ def run(train: Callable[[int], float], step: int, last: int, steps_per_loop: int
     loss = math.nan
     while step < last:
         before_loop(step)
-        num_steps = min(steps_per_loop, last - step,
-                        *(n for n in (a.when.steps_until(step) for a in actions) if n))
+        num_steps = min(
+            steps_per_loop,
+            last - step,
+            *(n for n in (a.when.steps_until(step) for a in actions) if n),
+        )
         started = time.monotonic()
         loss = train(num_steps)
         step += num_steps
-        end = actions_lib.LoopEnd(step, num_steps, loss, time.monotonic() - started,
-                                  global_batch_size)
+        end = actions_lib.LoopEnd(
+            step, num_steps, loss, time.monotonic() - started, global_batch_size
+        )
         for action in actions:
             if action.when.due(step):
                 action(end)

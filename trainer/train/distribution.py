@@ -14,12 +14,17 @@ import dataclasses
 import json
 import logging
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 import tensorflow as tf
 
-POOL_ROLES = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps",
-              "workerpool3": "evaluator", "master": "chief"}
+POOL_ROLES = {
+    "workerpool0": "chief",
+    "workerpool1": "worker",
+    "workerpool2": "ps",
+    "workerpool3": "evaluator",
+    "master": "chief",
+}
 TRAINING_ROLES = ("chief", "worker")
 
 
@@ -33,8 +38,16 @@ class PeerLost(RuntimeError):
 
 # How TensorFlow names a task in collective errors, e.g. /job:worker/replica:0/task:1.
 _TASK = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
-_LOST = ("unhealthy", "heartbeat", "Connection reset", "Socket closed", "Connection refused",
-         "failed to connect", "UNAVAILABLE", "unavailable")
+_LOST = (
+    "unhealthy",
+    "heartbeat",
+    "Connection reset",
+    "Socket closed",
+    "Connection refused",
+    "failed to connect",
+    "UNAVAILABLE",
+    "unavailable",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,24 +105,29 @@ def read_cluster(env: Mapping[str, str]) -> Cluster | None:
         for role, addresses in raw.items():
             if not isinstance(addresses, list):
                 raise ClusterError(f"{name}: cluster[{role!r}] must be a list of host:port")
-            tasks.setdefault(POOL_ROLES.get(role, role), []).extend(addresses)
+            tasks.setdefault(POOL_ROLES.get(role) or role, []).extend(addresses)
         task = obj.get("task")
         if not isinstance(task, dict) or "type" not in task:
             raise ClusterError(f"{name} has no 'task' with a 'type' and 'index'")
         task_type = POOL_ROLES.get(task["type"], task["type"])
         index = task.get("index", 0)
         if task_type not in tasks:
-            raise ClusterError(f"{name}: task type {task['type']!r} is not in the cluster "
-                               f"(roles: {', '.join(raw)})")
+            raise ClusterError(
+                f"{name}: task type {task['type']!r} is not in the cluster "
+                f"(roles: {', '.join(raw)})"
+            )
         if not isinstance(index, int) or not 0 <= index < len(tasks[task_type]):
-            raise ClusterError(f"{name}: task index {index!r} is out of range for "
-                               f"{task['type']!r}, which has {len(tasks[task_type])} tasks")
+            raise ClusterError(
+                f"{name}: task index {index!r} is out of range for "
+                f"{task['type']!r}, which has {len(tasks[task_type])} tasks"
+            )
         return Cluster(tasks=tasks, task_type=task_type, task_index=index, source=name)
     return None
 
 
-def decide(requested: str, cluster: Cluster | None, num_gpus: int,
-           cpu_devices: int = 1) -> Decision:
+def decide(
+    requested: str, cluster: Cluster | None, num_gpus: int, cpu_devices: int = 1
+) -> Decision:
     """Chooses the strategy kind. Pure: tests feed it fake clusters and device counts.
 
     Args:
@@ -127,13 +145,17 @@ def decide(requested: str, cluster: Cluster | None, num_gpus: int,
         if cluster.task_type == "evaluator":
             raise ClusterError(
                 f"{cluster.source}: this task is an evaluator (worker pool 3); separate "
-                "evaluator tasks are not supported, the chief evaluates: remove that pool")
+                "evaluator tasks are not supported, the chief evaluates: remove that pool"
+            )
         if cluster.task_type == "ps":
             raise ClusterError(
                 f"{cluster.source}: this task is a parameter server (worker pool 2); "
-                "parameter-server training is not supported, use chief + workers")
-        where = (f"{cluster.source} names {workers} training task(s), this is "
-                 f"{cluster.task_type} {cluster.task_index}")
+                "parameter-server training is not supported, use chief + workers"
+            )
+        where = (
+            f"{cluster.source} names {workers} training task(s), this is "
+            f"{cluster.task_type} {cluster.task_index}"
+        )
     else:
         where = "no cluster in TF_CONFIG or CLUSTER_SPEC"
     gpus = tuple(f"/gpu:{i}" for i in range(num_gpus))
@@ -141,8 +163,10 @@ def decide(requested: str, cluster: Cluster | None, num_gpus: int,
     local = f"{num_gpus} GPU(s)" + ("" if num_gpus else f", {cpu_devices} CPU device(s)")
 
     if requested in ("default", "one_device", "mirrored") and workers > 1:
-        raise ClusterError(f"--strategy={requested} runs in one process, but {where}; "
-                           "use --strategy=multi_worker or auto")
+        raise ClusterError(
+            f"--strategy={requested} runs in one process, but {where}; "
+            "use --strategy=multi_worker or auto"
+        )
     if requested == "multi_worker" or (requested == "auto" and workers > 1):
         return Decision("multi_worker", f"{requested}: {where}; {local} per worker")
     if requested == "mirrored" or (requested == "auto" and (num_gpus > 1 or cpu_devices > 1)):
@@ -154,12 +178,17 @@ def decide(requested: str, cluster: Cluster | None, num_gpus: int,
     return Decision("default", f"{requested}: {where}; {local}")
 
 
-PUBLIC_NAMES = {"multi_worker": "MultiWorkerMirroredStrategy", "mirrored": "MirroredStrategy",
-                "one_device": "OneDeviceStrategy", "default": "default"}
+PUBLIC_NAMES = {
+    "multi_worker": "MultiWorkerMirroredStrategy",
+    "mirrored": "MirroredStrategy",
+    "one_device": "OneDeviceStrategy",
+    "default": "default",
+}
 
 
-def create_strategy(requested: str, env: Mapping[str, str],
-                    cpu_devices: int = 1) -> tuple[tf.distribute.Strategy, Cluster | None]:
+def create_strategy(
+    requested: str, env: Mapping[str, str], cpu_devices: int = 1
+) -> tuple[tf.distribute.Strategy, Cluster | None]:
     """Decides and creates the strategy. Call once, before any other TensorFlow op.
 
     Returns:
@@ -171,11 +200,13 @@ def create_strategy(requested: str, env: Mapping[str, str],
     if cpu_devices > 1 and not num_gpus:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
+            cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_devices
+        )
     decision = decide(requested, cluster, num_gpus, cpu_devices)
     if decision.kind == "multi_worker":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=_resolver(cluster, num_gpus) if cluster else None)
+            cluster_resolver=_resolver(cluster, num_gpus) if cluster else None
+        )
     elif decision.kind == "mirrored":
         strategy = tf.distribute.MirroredStrategy(list(decision.devices))
     elif decision.kind == "one_device":
@@ -184,19 +215,26 @@ def create_strategy(requested: str, env: Mapping[str, str],
         strategy = tf.distribute.get_strategy()
     # The public API's names: MultiWorkerMirroredStrategy is implemented by a class named
     # CollectiveAllReduceStrategy, the default strategy by _DefaultDistributionStrategy.
-    logging.info("strategy %s with %d replica(s) in sync (%s)", PUBLIC_NAMES[decision.kind],
-                 strategy.num_replicas_in_sync, decision.reason)
+    logging.info(
+        "strategy %s with %d replica(s) in sync (%s)",
+        PUBLIC_NAMES[decision.kind],
+        strategy.num_replicas_in_sync,
+        decision.reason,
+    )
     return strategy, cluster
 
 
-def _resolver(cluster: Cluster,
-              num_gpus: int) -> tf.distribute.cluster_resolver.ClusterResolver:
+def _resolver(cluster: Cluster, num_gpus: int) -> tf.distribute.cluster_resolver.ClusterResolver:
     # Only chief and workers take part in collectives; Reduction Server tasks (pool 2)
     # are reached by NCCL's plugin, not by TensorFlow.
     spec = {role: cluster.tasks[role] for role in TRAINING_ROLES if cluster.tasks.get(role)}
     return tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(spec), task_type=cluster.task_type, task_id=cluster.task_index,
-        rpc_layer="grpc", num_accelerators={"GPU": num_gpus} if num_gpus else None)
+        tf.train.ClusterSpec(spec),
+        task_type=cluster.task_type,
+        task_id=cluster.task_index,
+        rpc_layer="grpc",
+        num_accelerators={"GPU": num_gpus} if num_gpus else None,
+    )
 
 
 def lost_peer(error: Exception, cluster: Cluster) -> str | None:

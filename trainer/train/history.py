@@ -10,12 +10,10 @@ from trainer.base import contracts
 from trainer.base import storage as storage_lib
 
 
-
 class History:
     """Appended to by the outer loop; saved with each checkpoint by the chief."""
 
-    def __init__(self, storage: storage_lib.Storage, checkpoint_dir: str,
-                 is_chief: bool) -> None:
+    def __init__(self, storage: storage_lib.Storage, checkpoint_dir: str, is_chief: bool) -> None:
         self.storage, self.is_chief = storage, is_chief
         self.path = storage_lib.join(checkpoint_dir, contracts.HISTORY_FILE)
         self.train: list[dict] = []
@@ -33,8 +31,7 @@ class History:
         self.seconds = float(saved.get("seconds", 0.0))
 
     def add_train(self, step: int, loss: float, examples_per_second: float) -> None:
-        self.train.append({"step": step, "loss": loss,
-                           "examples_per_second": examples_per_second})
+        self.train.append({"step": step, "loss": loss, "examples_per_second": examples_per_second})
 
     def add_eval(self, step: int, metrics: dict) -> None:
         self.eval = [e for e in self.eval if e["step"] != step] + [{"step": step, **metrics}]
@@ -44,5 +41,8 @@ class History:
             self.storage.write_json(self.path, self.to_json())
 
     def to_json(self) -> dict:
-        return {"train": self.train, "eval": self.eval,
-                "seconds": round(self.seconds + time.monotonic() - self._start, 3)}
+        return {
+            "train": self.train,
+            "eval": self.eval,
+            "seconds": round(self.seconds + time.monotonic() - self._start, 3),
+        }

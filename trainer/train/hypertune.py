@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 DEFAULT_METRIC_FILE = "/tmp/hypertune/output.metrics"
 
@@ -41,12 +41,17 @@ def report(metric: str, metrics: Mapping, env: Mapping[str, str]) -> str | None:
         return None
     path = env.get("CLOUD_ML_HP_METRIC_FILE", DEFAULT_METRIC_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    entry = {"timestamp": time.time(), "trial": str(env["CLOUD_ML_TRIAL_ID"]),
-             metric: str(float(value)),
-             "global_step": str(int((metrics.get("selection") or {}).get("step")
-                                    or metrics.get("step", 0)))}
+    entry = {
+        "timestamp": time.time(),
+        "trial": str(env["CLOUD_ML_TRIAL_ID"]),
+        metric: str(float(value)),
+        "global_step": str(
+            int((metrics.get("selection") or {}).get("step") or metrics.get("step", 0))
+        ),
+    }
     with open(path, "a") as f:
         f.write(json.dumps(entry, sort_keys=True) + "\n")
-    logging.info("reported %s=%s to hyperparameter tuning (trial %s)", metric,
-                 entry[metric], entry["trial"])
+    logging.info(
+        "reported %s=%s to hyperparameter tuning (trial %s)", metric, entry[metric], entry["trial"]
+    )
     return path

@@ -12,8 +12,6 @@ import dataclasses
 import functools
 import logging
 import math
-import shutil
-import tempfile
 import time
 
 import keras
@@ -22,35 +20,33 @@ import tensorflow as tf
 from trainer.base import config as config_lib
 from trainer.base import contracts
 from trainer.base import storage as storage_lib
-from trainer.data import inputs
-from trainer.data import scan
+from trainer.data import inputs, scan
 from trainer.data import schema as schema_lib
-from trainer.evaluate import evaluation
-from trainer.evaluate import importance
+from trainer.evaluate import evaluation, importance, profile
 from trainer.evaluate import metrics as metrics_lib
-from trainer.evaluate import profile
-from trainer.evaluate import report
-from trainer.model import heads
-from trainer.model import optimizers
+from trainer.model import heads, optimizers
 from trainer.model import tabular as model_lib
 from trainer.plan import plan as plan_lib
-from trainer.serving import export
 from trainer.train import actions as actions_lib
 from trainer.train import checkpoints as checkpoints_lib
-from trainer.train import controller
-from trainer.train import distribution
+from trainer.train import controller, distribution, model_dir, preemption, validation
 from trainer.train import history as history_lib
 from trainer.train import loops as loops_lib
-from trainer.train import preemption
 from trainer.train import progress as progress_lib
 from trainer.train import selection as selection_lib
-from trainer.train import validation
 
 TrainingError = actions_lib.TrainingError
 # Errors caused by the user's data, flags or environment: reported as one line, exit 2.
-USER_ERRORS = (config_lib.ConfigError, storage_lib.StorageError, schema_lib.SchemaError,
-               inputs.DataError, distribution.ClusterError, checkpoints_lib.CheckpointError,
-               model_lib.ModelFnError, TrainingError)
+USER_ERRORS = (
+    config_lib.ConfigError,
+    storage_lib.StorageError,
+    schema_lib.SchemaError,
+    inputs.DataError,
+    distribution.ClusterError,
+    checkpoints_lib.CheckpointError,
+    model_lib.ModelFnError,
+    TrainingError,
+)
 
 
 @dataclasses.dataclass
@@ -63,8 +59,11 @@ class Result:
     step: int
 
 
-def run(plan: plan_lib.Plan, strategy: tf.distribute.Strategy,
-        cluster: distribution.Cluster | None = None) -> Result:
+def run(
+    plan: plan_lib.Plan,
+    strategy: tf.distribute.Strategy,
+    cluster: distribution.Cluster | None = None,
+) -> Result:
     """Trains, evaluates and exports as `plan` says, under `strategy`.
 
     Raises:
@@ -76,24 +75,36 @@ def run(plan: plan_lib.Plan, strategy: tf.distribute.Strategy,
     keras.utils.set_random_seed(plan.seed)
     with strategy.scope():
         model = model_lib.build(plan.schema, plan.head.units, plan)
-        optimizer = optimizers.make_optimizer(plan.learning_rate, plan.model,
-                                              plan.train_steps)
+        optimizer = optimizers.make_optimizer(plan.learning_rate, plan.model, plan.train_steps)
         # Slot variables must exist before the first step is traced under a strategy.
         optimizer.build(model.trainable_variables)
-    selection = selection_lib.Selection(model, plan.selection_metric,
-                                        plan.early_stopping_patience
-                                        ) if plan.splits.validation_files else None
+    selection = (
+        selection_lib.Selection(model, plan.selection_metric, plan.early_stopping_patience)
+        if plan.splits.validation_files
+        else None
+    )
     is_chief = distribution.is_chief(cluster)
     storage = plan.storage
     ckpt = checkpoints_lib.Checkpoints(
-        storage, plan.checkpoint_dir, is_chief, model=model,
-        optimizer=optimizer, **({"selection": selection} if selection else {}))
+        storage,
+        plan.checkpoint_dir,
+        is_chief,
+        model=model,
+        optimizer=optimizer,
+        **({"selection": selection} if selection else {}),
+    )
     if is_chief:  # a restart reuses what it counted (plan.make_plan)
         storage.write_json(plan_lib.previous_path(plan.config), plan.to_json())
-    job = _Job(plan, storage, strategy, cluster, ckpt,
-               loops_lib.Loops(strategy, model, optimizer, plan.head, plan.batch_size,
-                               plan.run_eagerly),
-               history_lib.History(storage, plan.checkpoint_dir, is_chief), selection)
+    job = _Job(
+        plan,
+        storage,
+        strategy,
+        cluster,
+        ckpt,
+        loops_lib.Loops(strategy, model, optimizer, plan.head, plan.batch_size, plan.run_eagerly),
+        history_lib.History(storage, plan.checkpoint_dir, is_chief),
+        selection,
+    )
     try:
         return job.run()
     except tf.errors.OpError as e:
@@ -130,13 +141,17 @@ class _Job:
         start_step = int(self.loops.optimizer.iterations.numpy())
         if resumed:
             self.history.restore(start_step)
-        finished = start_step >= plan.train_steps or (self.selection and
-                                                      self.selection.stopped)
-        if resumed and finished and self._exported(start_step):
-            logging.info("already finished: step %d of %d, model at %s; nothing to do",
-                         start_step, plan.train_steps, plan.model_dir)
-            return self._result(self.storage.read_json(
-                self._model_file(contracts.METRICS_FILE)))
+        finished = start_step >= plan.train_steps or (self.selection and self.selection.stopped)
+        exported = model_dir.exported_step(self.storage, plan.model_dir) if resumed else None
+        if finished and exported == start_step:
+            logging.info(
+                "already finished: step %d of %d, model at %s; nothing to do",
+                start_step,
+                plan.train_steps,
+                plan.model_dir,
+            )
+            metrics = storage_lib.join(plan.model_dir, contracts.METRICS_FILE)
+            return self._result(self.storage.read_json(metrics))
         if resumed:
             logging.info("resuming at step %d of %d", start_step, plan.train_steps)
         validate = self._evaluator(plan.splits.validation_files, plan.splits.validation_part)
@@ -149,91 +164,156 @@ class _Job:
         if step >= plan.train_steps or (self.selection and self.selection.stopped):
             # Trained already (stopped before its export): the last loop's loss.
             return step, self.history.train[-1]["loss"] if self.history.train else math.nan
-        with scan.naming_bad_records(storage, files, plan.schema):
-            dataset = inputs.distribute(
-                self.strategy, [storage.path(f) for f in files], plan.schema,
-                global_batch_size=plan.batch_size, training=True, seed=plan.seed,
-                shuffle_buffer=plan.shuffle_buffer, shard_by=plan.shard_by,
-                start_step=step, cache=plan.cache, records=plan.records_of_stream(),
-                skip_corrupt=plan.skip_corrupt_records, keep=plan.splits.train_part)
-        iterator = iter(dataset)
-        if self.strategy.num_replicas_in_sync > 1 and not plan.run_eagerly:
-            per_step, per_loop = self.loops.collectives_per_step(
-                iterator, min(plan.steps_per_loop, plan.train_steps - step))
-            logging.info("the compiled loop waits on %g collective(s) per step and %g per "
-                         "loop of %d steps", per_step, per_loop, plan.steps_per_loop)
+        iterator = self._training_iterator(step)
 
         def train(num_steps: int) -> float:
             with scan.naming_bad_records(storage, files, plan.schema):
                 return float(self.loops.train(iterator, tf.constant(num_steps)))
 
-        checkpoint = actions_lib.Checkpoint(self.ckpt, self.history,
-                                            plan.checkpoint_every_steps)
-        actions: list[actions_lib.Action] = [
-            actions_lib.CheckLoss(self.ckpt),
-            actions_lib.Progress(progress_lib.Progress(plan.train_steps, plan.batch_size,
-                                                       step)),
-            actions_lib.RecordHistory(self.history),
-            actions_lib.Summaries(self._writer)]
-        if self.selection:
-            actions.append(actions_lib.Validate(
-                validation.Validation(validate, self.loops, self.selection, self.history,
-                                      self._writer),
-                plan.eval_every_steps, plan.train_steps))
-        actions.append(checkpoint)
+        checkpoint = actions_lib.Checkpoint(self.ckpt, self.history, plan.checkpoint_every_steps)
         with preemption.StopRequest() as stop:
             return controller.run(
-                train, step, plan.train_steps, plan.steps_per_loop, plan.batch_size,
-                actions, actions_lib.Preemption(stop, self.loops, checkpoint,
-                                                bool(self.cluster), plan.train_steps,
-                                                plan.checkpoint_dir))
+                train,
+                step,
+                plan.train_steps,
+                plan.steps_per_loop,
+                plan.batch_size,
+                self._actions(step, validate, checkpoint),
+                actions_lib.Preemption(
+                    stop,
+                    self.loops,
+                    checkpoint,
+                    bool(self.cluster),
+                    plan.train_steps,
+                    plan.checkpoint_dir,
+                ),
+            )
+
+    def _training_iterator(self, step: int):
+        """The training stream from `step` on; logs the collectives of a compiled step."""
+        plan, storage, files = self.plan, self.storage, self.plan.splits.train_files
+        with scan.naming_bad_records(storage, files, plan.schema):
+            dataset = inputs.distribute(
+                self.strategy,
+                [storage.path(f) for f in files],
+                plan.schema,
+                global_batch_size=plan.batch_size,
+                training=True,
+                seed=plan.seed,
+                shuffle_buffer=plan.shuffle_buffer,
+                shard_by=plan.shard_by,
+                start_step=step,
+                cache=plan.cache,
+                records=plan.records_of_stream(),
+                skip_corrupt=plan.skip_corrupt_records,
+                keep=plan.splits.train_part,
+            )
+        iterator = iter(dataset)
+        if self.strategy.num_replicas_in_sync > 1 and not plan.run_eagerly:
+            per_step, per_loop = self.loops.collectives_per_step(
+                iterator, min(plan.steps_per_loop, plan.train_steps - step)
+            )
+            logging.info(
+                "the compiled loop waits on %g collective(s) per step and %g per loop of %d steps",
+                per_step,
+                per_loop,
+                plan.steps_per_loop,
+            )
+        return iterator
+
+    def _actions(
+        self, step: int, validate: validation.Evaluate, checkpoint: actions_lib.Checkpoint
+    ) -> list[actions_lib.Action]:
+        """The outer loop's actions, in the order they run after an inner loop."""
+        plan = self.plan
+        progress = progress_lib.Progress(plan.train_steps, plan.batch_size, step)
+        actions: list[actions_lib.Action] = [
+            actions_lib.CheckLoss(self.ckpt),
+            actions_lib.Progress(progress),
+            actions_lib.RecordHistory(self.history),
+            actions_lib.Summaries(self._writer),
+        ]
+        if self.selection:
+            validating = validation.Validation(
+                validate, self.loops, self.selection, self.history, self._writer
+            )
+            actions.append(
+                actions_lib.Validate(validating, plan.eval_every_steps, plan.train_steps)
+            )
+        return [*actions, checkpoint]
 
     def _finish(self, step: int, loss: float, validate: validation.Evaluate) -> Result:
         """Puts the selected model in place, evaluates it and exports it."""
         plan = self.plan
         summary, sums, data = validation.final(
-            self.loops, plan, self.selection, validate,
-            self._evaluator(plan.splits.test_files))
+            self.loops, plan, self.selection, validate, self._evaluator(plan.splits.test_files)
+        )
         files = {}
         if sums is not None:
+            assert data is not None  # the name of the data summed
             files[contracts.EVALUATION_FILE] = evaluation.evaluate(
-                self.loops.head, plan.schema, sums, data=data)
+                self.loops.head, plan.schema, sums, data=data
+            )
             if self.is_chief and plan.splits.validation_files:
                 files.update(self._on_a_sample(step))
-        metrics = {**(metrics_lib.finish(self.loops.head, sums) if sums is not None else {}),
-                   **summary, "train_loss": loss, "step": step}
+        metrics = {
+            **(metrics_lib.finish(self.loops.head, sums) if sums is not None else {}),
+            **summary,
+            "train_loss": loss,
+            "step": step,
+        }
         files[contracts.HISTORY_FILE] = self.history.to_json()
         files[contracts.PLAN_FILE] = plan.to_json()
-        logging.info("final metrics: %s%s", validation.fmt(metrics),
-                     f" (on the {summary['data']['metrics']} data)" if sums is not None else "")
-        self._export(metrics, files)
+        logging.info(
+            "final metrics: %s%s",
+            validation.fmt(metrics),
+            f" (on the {summary['data']['metrics']} data)" if sums is not None else "",
+        )
+        model_dir.write(plan, self.loops.model, self.loops.head, metrics, files, self.is_chief)
         return self._result(metrics)
 
     def _result(self, metrics: dict) -> Result:
-        return Result(model=self.loops.model, optimizer=self.loops.optimizer,
-                      schema=self.plan.schema, head=self.loops.head, metrics=metrics,
-                      step=int(metrics["step"]))
+        return Result(
+            model=self.loops.model,
+            optimizer=self.loops.optimizer,
+            schema=self.plan.schema,
+            head=self.loops.head,
+            metrics=metrics,
+            step=int(metrics["step"]),
+        )
 
     def _evaluator(self, files: list[str], part=None) -> validation.Evaluate:
-        return validation.evaluator(self.loops, [self.storage.path(f) for f in files],
-                                    self.plan, part)
+        return validation.evaluator(
+            self.loops, [self.storage.path(f) for f in files], self.plan, part
+        )
 
     def _on_a_sample(self, step: int) -> dict:
         """What the chief measures on a sample of the validation data: feature importance
         (also written to TensorBoard) and the data's profile (profile.py)."""
         start = time.monotonic()
         plan, splits = self.plan, self.plan.splits
-        sample = [r for _, r in scan.sample_records(
-            self.storage, splits.validation_files, importance.SAMPLE,
-            plan.skip_corrupt_records, keep=splits.validation_part)]
+        sample = [
+            r
+            for _, r in scan.sample_records(
+                self.storage,
+                splits.validation_files,
+                importance.SAMPLE,
+                plan.skip_corrupt_records,
+                keep=splits.validation_part,
+            )
+        ]
         found = importance.permutation_importance(
-            self.loops.model, self.loops.head, plan.schema, sample, splits.validation_name)
-        data = profile.profile(self.loops.model, self.loops.head, plan.schema, sample,
-                               splits.validation_name)
-        logging.info("feature importance (loss increase when shuffled, %d records, %.1fs): "
-                     "%s", len(sample), time.monotonic() - start,
-                     " ".join(f"{r['name']}={r['importance']:.4g}"
-                              for r in found["features"][:10]))
+            self.loops.model, self.loops.head, plan.schema, sample, splits.validation_name
+        )
+        data = profile.profile(
+            self.loops.model, self.loops.head, plan.schema, sample, splits.validation_name
+        )
+        logging.info(
+            "feature importance (loss increase when shuffled, %d records, %.1fs): %s",
+            len(sample),
+            time.monotonic() - start,
+            " ".join(f"{r['name']}={r['importance']:.4g}" for r in found["features"][:10]),
+        )
         with self._writer.as_default(step=step):
             for row in found["features"]:
                 tf.summary.scalar(f"importance/{row['name']}", row["importance"])
@@ -247,41 +327,3 @@ class _Job:
             return tf.summary.create_noop_writer()
         self.storage.makedirs(self.plan.tensorboard_dir)
         return tf.summary.create_file_writer(self.storage.path(self.plan.tensorboard_dir))
-
-    def _model_file(self, name: str) -> str:
-        return storage_lib.join(self.plan.model_dir, name)
-
-    def _exported(self, step: int) -> bool:
-        """Whether model_dir holds the export of the checkpoint at `step`."""
-        if not self.storage.exists(self._model_file(contracts.SAVED_MODEL)):
-            return False
-        metrics = self._model_file(contracts.METRICS_FILE)
-        return self.storage.exists(metrics) and self.storage.read_json(metrics).get("step") == step
-
-    def _export(self, metrics: dict, files: dict) -> None:
-        """Writes the SavedModel, its JSON files and `files` (name -> JSON); model_dir
-        appears whole or not at all (the chief publishes it, `Storage.publishing`; other
-        workers, who must take part in saving, write to a scratch folder)."""
-        plan, storage, model = self.plan, self.storage, self.loops.model
-        start = time.monotonic()
-        if not self.is_chief:
-            scratch = tempfile.mkdtemp(prefix="trainer-export-")
-            try:
-                export.write_saved_model(model, plan.schema, self.loops.head, scratch)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            return
-        logging.info("exporting the model to %s", plan.model_dir)
-        with storage.publishing(plan.model_dir) as partial:
-            export.write_saved_model(model, plan.schema, self.loops.head,
-                                     storage.path(partial))
-            storage.write_json(storage_lib.join(partial, contracts.SCHEMA_FILE),
-                               plan.schema.to_json())
-            storage.write_json(storage_lib.join(partial, contracts.CONFIG_FILE),
-                               plan.resolved().to_json())
-            storage.write_json(storage_lib.join(partial, contracts.METRICS_FILE), metrics)
-            for name, content in files.items():
-                storage.write_json(storage_lib.join(partial, name), content)
-            report.write(storage, partial)
-        logging.info("exported the model to %s in %.1fs", plan.model_dir,
-                     time.monotonic() - start)

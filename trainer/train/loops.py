@@ -14,13 +14,18 @@ import logging
 import keras
 import tensorflow as tf
 
-from trainer.train import collectives
-from trainer.model import heads
 from trainer.evaluate import metrics
+from trainer.model import heads
+from trainer.train import collectives
 
 
-def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: heads.Head,
-               batch: tuple, global_batch_size: int) -> tf.Tensor:
+def train_step(
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    head: heads.Head,
+    batch: tuple,
+    global_batch_size: int,
+) -> tf.Tensor:
     """One optimisation step on one replica's share of the global batch.
 
     The loss is summed over this replica's examples (each times its weight, 1 without
@@ -34,8 +39,9 @@ def train_step(model: keras.Model, optimizer: keras.optimizers.Optimizer, head: 
     features, labels, weights = batch
     with tf.GradientTape() as tape:
         logits = model(features, training=True)
-        loss = tf.nn.compute_average_loss(head.loss(labels, logits), sample_weight=weights,
-                                          global_batch_size=global_batch_size)
+        loss = tf.nn.compute_average_loss(
+            head.loss(labels, logits), sample_weight=weights, global_batch_size=global_batch_size
+        )
     grads = tape.gradient(loss, model.trainable_variables)
     # Embedding gradients come as IndexedSlices whose length differs between replicas;
     # all-reducing those fails in TF 2.21's collectives. Dense sums always work and are
@@ -57,17 +63,25 @@ def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, t
 class Loops:
     """The compiled (or eager) inner loops of training and evaluation."""
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model,
-                 optimizer: keras.optimizers.Optimizer, head: heads.Head,
-                 global_batch_size: int, run_eagerly: bool = False):
+    def __init__(
+        self,
+        strategy: tf.distribute.Strategy,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        head: heads.Head,
+        global_batch_size: int,
+        run_eagerly: bool = False,
+    ):
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
         self.head = head
         self.global_batch_size = global_batch_size
         if run_eagerly:
-            logging.warning("running eagerly (--run_eagerly): every step is plain Python, "
-                            "breakpoints and prints in train_step work; expect it to be slow")
+            logging.warning(
+                "running eagerly (--run_eagerly): every step is plain Python, "
+                "breakpoints and prints in train_step work; expect it to be slow"
+            )
         wrap = (lambda fn: fn) if run_eagerly else tf.function
         self.train = wrap(self._train)
         self.evaluate_steps = wrap(self._evaluate_steps)
@@ -107,13 +121,16 @@ class Loops:
         the compiled loop's graph; tracing it here is the trace its first call reuses."""
         function = self.train.get_concrete_function(iterator, tf.constant(num_steps))
         # Each of this process's replica devices launches its own op of a collective.
-        return collectives.count(function.graph.as_graph_def(),
-                                 len(self.strategy.extended.worker_devices))
+        return collectives.count(
+            function.graph.as_graph_def(), len(self.strategy.extended.worker_devices)
+        )
 
     def _eval_batch(self, sums: dict, batch) -> dict:
         per_replica = self.strategy.run(eval_step, args=(self.model, self.head, batch))
-        return {k: sums[k] + self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-                for k, v in per_replica.items()}
+        return {
+            k: sums[k] + self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
+            for k, v in per_replica.items()
+        }
 
     def _zero_sums(self) -> dict:
         return metrics.zero_sums(self.head)
@@ -130,4 +147,3 @@ class Loops:
         for batch in dataset:
             sums = self._eval_batch(sums, batch)
         return sums
-

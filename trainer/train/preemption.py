@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from typing import Any
 
 EXIT_CODE = 128 + signal.SIGTERM
 
@@ -24,7 +25,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self._event = threading.Event()
-        self._previous = None
+        self._previous: Any = None  # the handler before ours
 
     @property
     def requested(self) -> bool:
@@ -35,7 +36,7 @@ class StopRequest:
         logging.warning("received signal %d: stopping after the current loop", signum)
         self._event.set()
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         # Signal handlers can only be installed from the main thread (tests may not be).
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)

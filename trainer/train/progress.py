@@ -19,16 +19,22 @@ class Progress:
     estimate for the rest of the run), nor from the latest alone (a loop after a
     validation would predict a validation after every loop)."""
 
-    def __init__(self, total_steps: int, global_batch_size: int, start_step: int = 0,
-                 clock=time.monotonic, log=logging.info):
+    def __init__(
+        self,
+        total_steps: int,
+        global_batch_size: int,
+        start_step: int = 0,
+        clock=time.monotonic,
+        log=logging.info,
+    ):
         self.total_steps = total_steps
         self.global_batch_size = global_batch_size
         self.step = start_step
         self.clock = clock
         self.log = log
         self.last_time = clock()
-        self.rate = None  # training steps per second of the latest loop
-        self.since = None  # (step, time) at the end of the first loop
+        self.rate: float | None = None  # training steps per second of the latest loop
+        self.since: tuple[int, float] | None = None  # (step, time) at the first loop's end
 
     def update(self, step: int, loss: float, train_seconds: float | None = None) -> str:
         """Records that training reached `step` with mean `loss` over the last loop, whose
@@ -42,8 +48,10 @@ class Progress:
         else:
             self.since = (step, now)
         left = (self.total_steps - step) * seconds / steps if steps else 0.0
-        line = (f"step {step}/{self.total_steps} loss={loss:.5g} "
-                f"examples/s={self.rate * self.global_batch_size:,.0f} "
-                f"time_left={format_duration(left)}")
+        line = (
+            f"step {step}/{self.total_steps} loss={loss:.5g} "
+            f"examples/s={self.rate * self.global_batch_size:,.0f} "
+            f"time_left={format_duration(left)}"
+        )
         self.log(line)
         return line

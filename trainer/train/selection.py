@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from trainer.base import contracts
 
+
 class Selection(tf.Module):
     """The best model evaluated so far, by `metric`, and when to stop waiting for better.
 
@@ -29,8 +30,9 @@ class Selection(tf.Module):
         self.metric, self.patience = metric, patience
         self._weights = list(model.weights)
         with tf.device("/cpu:0"):
-            self.best = [tf.Variable(tf.zeros(w.shape, w.dtype), trainable=False)
-                         for w in self._weights]
+            self.best = [
+                tf.Variable(tf.zeros(w.shape, w.dtype), trainable=False) for w in self._weights
+            ]
             self.value = tf.Variable(math.nan, dtype=tf.float64, trainable=False)
             self.step = tf.Variable(-1, dtype=tf.int64, trainable=False)  # -1: none yet
             self.since = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -50,7 +52,8 @@ class Selection(tf.Module):
         value = float(metrics[self.metric])
         best = self.best_value
         better = math.isfinite(value) and (
-            math.isnan(best) or (value < best if contracts.minimized(self.metric) else value > best))
+            math.isnan(best) or (value < best if contracts.minimized(self.metric) else value > best)
+        )
         if better:
             for copy, weight in zip(self.best, self._weights):
                 copy.assign(weight.value)
@@ -71,8 +74,7 @@ class Selection(tf.Module):
         selected, the model keeps its last weights)."""
         step = self.selected_step
         if step is None:
-            logging.warning("no evaluation gave a finite %s: exporting the last model",
-                            self.metric)
+            logging.warning("no evaluation gave a finite %s: exporting the last model", self.metric)
             return None
         for copy, weight in zip(self.best, self._weights):
             weight.assign(copy)

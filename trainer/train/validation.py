@@ -6,7 +6,7 @@ and at the end over the selected model, whose figures `metrics.json` reports.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -22,16 +22,29 @@ from trainer.train import selection as selection_lib
 Evaluate = Callable[[], "dict | None"]
 
 
-def evaluator(loops: loops_lib.Loops, paths: list[str], plan: plan_lib.Plan,
-              part: splits_lib.Part | None = None) -> Evaluate:
+def evaluator(
+    loops: loops_lib.Loops,
+    paths: list[str],
+    plan: plan_lib.Plan,
+    part: splits_lib.Part | None = None,
+) -> Evaluate:
     """A function that evaluates the model on the records of `paths` that `part` keeps
     and returns the summed `metrics.batch_sums` (as numpy); None without paths."""
     if not paths:
         return lambda: None
     dataset = inputs.distribute(
-        loops.strategy, paths, plan.schema, global_batch_size=plan.batch_size,
-        training=False, seed=0, shuffle_buffer=plan.shuffle_buffer, shard_by=plan.shard_by,
-        skip_corrupt=plan.skip_corrupt_records, repeat=bool(plan.eval_steps), keep=part)
+        loops.strategy,
+        paths,
+        plan.schema,
+        global_batch_size=plan.batch_size,
+        training=False,
+        seed=0,
+        shuffle_buffer=plan.shuffle_buffer,
+        shard_by=plan.shard_by,
+        skip_corrupt=plan.skip_corrupt_records,
+        repeat=bool(plan.eval_steps),
+        keep=part,
+    )
 
     def evaluate() -> dict:
         if plan.eval_steps:
@@ -46,34 +59,52 @@ def evaluator(loops: loops_lib.Loops, paths: list[str], plan: plan_lib.Plan,
 class Validation:
     """What the outer loop's validation action (actions.Validate) does when due."""
 
-    def __init__(self, evaluate: Evaluate, loops: loops_lib.Loops,
-                 selection: selection_lib.Selection, history: history_lib.History,
-                 writer: tf.summary.SummaryWriter):
+    def __init__(
+        self,
+        evaluate: Evaluate,
+        loops: loops_lib.Loops,
+        selection: selection_lib.Selection,
+        history: history_lib.History,
+        writer: tf.summary.SummaryWriter,
+    ):
         self.evaluate, self.loops, self.selection = evaluate, loops, selection
         self.history, self.writer = history, writer
 
     def __call__(self, step: int) -> bool:
         """Evaluates the model at `step`, logs and records it, offers it for selection;
         returns whether training should stop early."""
-        metrics = metrics_lib.finish(self.loops.head, self.evaluate())
+        sums = self.evaluate()
+        assert sums is not None  # validation data exists, or no Validation is made
+        metrics = metrics_lib.finish(self.loops.head, sums)
         better = self.selection.consider(step, metrics)
-        logging.info("validation at step %d: %s%s", step, fmt(metrics),
-                     " (best so far)" if better else "")
+        logging.info(
+            "validation at step %d: %s%s", step, fmt(metrics), " (best so far)" if better else ""
+        )
         self.history.add_eval(step, metrics)
         with self.writer.as_default(step=step):
             for name, value in metrics.items():
                 tf.summary.scalar(f"eval/{name}", value)
         selection = self.selection
         if selection.stopped:
-            logging.info("stopping early at step %d: no better %s in %d evaluations (the "
-                         "best, %.5g, at step %d)", step, selection.metric,
-                         selection.patience, selection.best_value, selection.selected_step)
+            logging.info(
+                "stopping early at step %d: no better %s in %d evaluations (the "
+                "best, %.5g, at step %d)",
+                step,
+                selection.metric,
+                selection.patience,
+                selection.best_value,
+                selection.selected_step,
+            )
         return selection.stopped
 
 
-def final(loops: loops_lib.Loops, plan: plan_lib.Plan,
-          selection: selection_lib.Selection | None, validate: Evaluate,
-          test: Evaluate) -> tuple[dict, dict | None, str | None]:
+def final(
+    loops: loops_lib.Loops,
+    plan: plan_lib.Plan,
+    selection: selection_lib.Selection | None,
+    validate: Evaluate,
+    test: Evaluate,
+) -> tuple[dict, dict | None, str | None]:
     """Puts the selected model in place and evaluates it once more: on validation data,
     then on test data.
 
@@ -83,21 +114,33 @@ def final(loops: loops_lib.Loops, plan: plan_lib.Plan,
       without any; that data's name).
     """
     head, splits = loops.head, plan.splits
-    out: dict = {"data": {"training": splits.train_part.describe(plan.train_data)
-                          if splits.train_part else plan.train_data}}
+    out: dict = {
+        "data": {
+            "training": splits.train_part.describe(plan.train_data)
+            if splits.train_part
+            else plan.train_data
+        }
+    }
     sums, data = None, None
     if selection:
         selected = selection.restore_best()
         sums, data = validate(), splits.validation_name
+        assert sums is not None  # a selection has validation data
         out["validation"] = metrics_lib.finish(head, sums)
         out["data"]["validation"] = data
         out["selection"] = {
-            "metric": selection.metric, "step": selected,
+            "metric": selection.metric,
+            "step": selected,
             "value": selection.best_value if selected is not None else None,
             "goal": "minimize" if contracts.minimized(selection.metric) else "maximize",
-            "stoppedEarly": selection.stopped}
-        logging.info("selected the model of step %s (%s=%.5g on validation)", selected,
-                     selection.metric, out["validation"][selection.metric])
+            "stoppedEarly": selection.stopped,
+        }
+        logging.info(
+            "selected the model of step %s (%s=%.5g on validation)",
+            selected,
+            selection.metric,
+            out["validation"][selection.metric],
+        )
     test_sums = test()
     if test_sums is not None:
         sums, data = test_sums, plan.test_data
@@ -110,5 +153,6 @@ def final(loops: loops_lib.Loops, plan: plan_lib.Plan,
 
 def fmt(metrics: dict) -> str:
     """The numbers of `metrics` as one log line's `name=value` pairs."""
-    return " ".join(f"{k}={v:.5g}" for k, v in sorted(metrics.items())
-                    if isinstance(v, (int, float)))
+    return " ".join(
+        f"{k}={v:.5g}" for k, v in sorted(metrics.items()) if isinstance(v, (int, float))
+    )

@@ -8,18 +8,25 @@ from __future__ import annotations
 import datetime
 import re
 
-from trainer.vertex import images
-from trainer.vertex import jobs
+from trainer.vertex import images, jobs
 
 # Vertex accelerators by machine family, and the GPU counts each machine type takes.
 # A2, A3 and G2 machine types carry a fixed number of GPUs (the name says how many).
-N1_GPUS = {"NVIDIA_TESLA_T4": (1, 2, 4), "NVIDIA_TESLA_V100": (1, 2, 4, 8),
-           "NVIDIA_TESLA_P100": (1, 2, 4), "NVIDIA_TESLA_P4": (1, 2, 4)}
+N1_GPUS = {
+    "NVIDIA_TESLA_T4": (1, 2, 4),
+    "NVIDIA_TESLA_V100": (1, 2, 4, 8),
+    "NVIDIA_TESLA_P100": (1, 2, 4),
+    "NVIDIA_TESLA_P4": (1, 2, 4),
+}
 FIXED_GPU_FAMILIES = {  # machine type prefix -> accelerator
-    "a2-highgpu-": "NVIDIA_TESLA_A100", "a2-megagpu-": "NVIDIA_TESLA_A100",
-    "a2-ultragpu-": "NVIDIA_A100_80GB", "a3-highgpu-": "NVIDIA_H100_80GB",
-    "a3-megagpu-": "NVIDIA_H100_MEGA_80GB", "a3-ultragpu-": "NVIDIA_H200_141GB",
-    "g2-standard-": "NVIDIA_L4"}
+    "a2-highgpu-": "NVIDIA_TESLA_A100",
+    "a2-megagpu-": "NVIDIA_TESLA_A100",
+    "a2-ultragpu-": "NVIDIA_A100_80GB",
+    "a3-highgpu-": "NVIDIA_H100_80GB",
+    "a3-megagpu-": "NVIDIA_H100_MEGA_80GB",
+    "a3-ultragpu-": "NVIDIA_H200_141GB",
+    "g2-standard-": "NVIDIA_L4",
+}
 G2_GPUS = {"4": 1, "8": 1, "12": 1, "16": 1, "24": 2, "32": 1, "48": 4, "96": 8}
 
 
@@ -27,7 +34,7 @@ def expected_gpus(machine_type: str) -> tuple[str, int] | None:
     """(accelerator, count) that a fixed-GPU machine type carries, or None."""
     for prefix, accelerator in FIXED_GPU_FAMILIES.items():
         if machine_type.startswith(prefix):
-            size = machine_type[len(prefix):]
+            size = machine_type[len(prefix) :]
             if prefix == "g2-standard-":
                 return accelerator, G2_GPUS.get(size, 0)
             m = re.fullmatch(r"(\d+)g", size)
@@ -39,33 +46,45 @@ def check_machine(spec: jobs.JobSpec) -> None:
     """Machine type, accelerator type and count must be a combination Vertex accepts."""
     accel, count, machine = spec.accelerator_type, spec.accelerator_count, spec.machine_type
     if accel and accel not in jobs.v1.AcceleratorType.__members__:
-        raise jobs.JobError(f"--accelerator_type={accel!r} is not a Vertex accelerator "
-                            "(e.g. NVIDIA_TESLA_T4, NVIDIA_L4, NVIDIA_TESLA_A100)")
+        raise jobs.JobError(
+            f"--accelerator_type={accel!r} is not a Vertex accelerator "
+            "(e.g. NVIDIA_TESLA_T4, NVIDIA_L4, NVIDIA_TESLA_A100)"
+        )
     if bool(accel) != (count > 0):
-        raise jobs.JobError(f"--accelerator_type={accel!r} and --accelerator_count={count} "
-                            "disagree: give both, or neither")
+        raise jobs.JobError(
+            f"--accelerator_type={accel!r} and --accelerator_count={count} "
+            "disagree: give both, or neither"
+        )
     fixed = expected_gpus(machine)
     if fixed:
         want, n = fixed
         if (accel, count) != (want, n):
-            raise jobs.JobError(f"--machine_type={machine} carries {n} x {want}: use "
-                                f"--accelerator_type={want} --accelerator_count={n}")
+            raise jobs.JobError(
+                f"--machine_type={machine} carries {n} x {want}: use "
+                f"--accelerator_type={want} --accelerator_count={n}"
+            )
     elif accel:
         if not machine.startswith("n1-"):
-            raise jobs.JobError(f"--machine_type={machine} takes no {accel}: GPUs other "
-                                "than A100/H100/H200/L4 attach to n1-* machine types only")
+            raise jobs.JobError(
+                f"--machine_type={machine} takes no {accel}: GPUs other "
+                "than A100/H100/H200/L4 attach to n1-* machine types only"
+            )
         if accel not in N1_GPUS or count not in N1_GPUS[accel]:
             counts = N1_GPUS.get(accel, ())
-            raise jobs.JobError(f"{accel} on n1 machines comes in counts of "
-                                f"{', '.join(map(str, counts)) or 'none'}, not {count}")
+            raise jobs.JobError(
+                f"{accel} on n1 machines comes in counts of "
+                f"{', '.join(map(str, counts)) or 'none'}, not {count}"
+            )
 
 
 def check_workers(spec: jobs.JobSpec) -> None:
     if spec.workers < 1:
         raise jobs.JobError(f"--workers={spec.workers}: expected 1 or more (chief included)")
     if spec.reduction_servers and spec.workers < 2:
-        raise jobs.JobError("--reduction_servers needs --workers >= 2: Reduction Server "
-                            "speeds up all-reduce between machines")
+        raise jobs.JobError(
+            "--reduction_servers needs --workers >= 2: Reduction Server "
+            "speeds up all-reduce between machines"
+        )
     if spec.reduction_servers and not spec.accelerator_count:
         raise jobs.JobError("--reduction_servers needs GPU workers (it uses NCCL)")
 
@@ -74,31 +93,38 @@ def check_image(spec: jobs.JobSpec, today: datetime.date | None = None) -> None:
     """The image must be one Vertex still accepts, carry a TensorFlow the package
     supports, and be a GPU image if the job has GPUs."""
     today = today or datetime.date.today()
-    flag, image = (("--executor_image", spec.executor_image) if spec.executor_image
-                   else ("--image", spec.image))
+    flag, image = (
+        ("--executor_image", spec.executor_image)
+        if spec.executor_image
+        else ("--image", spec.image)
+    )
     if not image:
         raise jobs.JobError("--image is required (the package's training image)")
     if spec.executor_image and not spec.package_uri:
-        raise jobs.JobError("--executor_image runs the staged package: it needs "
-                            "--stage_package")
+        raise jobs.JobError("--executor_image runs the staged package: it needs --stage_package")
     why = images.retired(image, "training", today)
     if why:
-        raise jobs.JobError(f"{flag}={why}; use the package's own image (see "
-                            "containers/), the default without --executor_image")
+        raise jobs.JobError(
+            f"{flag}={why}; use the package's own image (see "
+            "containers/), the default without --executor_image"
+        )
     prebuilt = images.prebuilt(image, "training")
     own = images.own_kind(image)
     if prebuilt:
         kind = prebuilt[0]  # every one older than 2.16 (Keras 3) is retired already
     elif own:
         if own[0] != "train":
-            raise jobs.JobError(f"{flag}={image} is the package's serving image; training "
-                                f"runs its train-{own[1]} image")
+            raise jobs.JobError(
+                f"{flag}={image} is the package's serving image; training "
+                f"runs its train-{own[1]} image"
+            )
         kind = own[1]
     else:
         return  # a custom image: its TensorFlow is its owner's business
     if spec.accelerator_count and kind == "cpu":
-        raise jobs.JobError(f"{flag}={image} is a CPU image but the job asks for GPUs; use "
-                            "its GPU twin (train-gpu)")
+        raise jobs.JobError(
+            f"{flag}={image} is a CPU image but the job asks for GPUs; use its GPU twin (train-gpu)"
+        )
 
 
 def check_all(spec: jobs.JobSpec) -> None:

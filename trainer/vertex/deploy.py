@@ -11,8 +11,7 @@ import logging
 
 from google.cloud import aiplatform_v1 as v1
 
-from trainer.vertex import exports
-from trainer.vertex import models
+from trainer.vertex import exports, models
 
 
 @dataclasses.dataclass
@@ -37,7 +36,8 @@ def register(spec: models.DeploySpec, export: exports.Export, model_client) -> t
         name = f"{name}@{response.model_version_id}"
     logging.info("registered %s", name)
     evaluation = model_client.import_model_evaluation(
-        parent=response.model, model_evaluation=models.evaluation(export))
+        parent=response.model, model_evaluation=models.evaluation(export)
+    )
     logging.info("imported its evaluation %s", evaluation.name)
     return name, evaluation.name
 
@@ -50,28 +50,38 @@ def deploy(spec: models.DeploySpec, model_name: str, endpoint_client) -> str:
     """
     if spec.endpoint == "new":
         endpoint = endpoint_client.create_endpoint(
-            parent=spec.parent, endpoint=v1.Endpoint(display_name=spec.display_name)).result()
+            parent=spec.parent, endpoint=v1.Endpoint(display_name=spec.display_name)
+        ).result()
         name = endpoint.name
         logging.info("created endpoint %s", name)
     else:
+        assert spec.endpoint  # checked with the flags
         name = spec.resource("endpoints", spec.endpoint)
     # "0" is the model being deployed here: it takes 100% of the endpoint's traffic.
-    endpoint_client.deploy_model(endpoint=name,
-                                 deployed_model=models.deployed_model(spec, model_name),
-                                 traffic_split={"0": 100}).result()
+    endpoint_client.deploy_model(
+        endpoint=name,
+        deployed_model=models.deployed_model(spec, model_name),
+        traffic_split={"0": 100},
+    ).result()
     logging.info("deployed %s to %s", model_name, name)
     return name
 
 
 def batch_predict(spec: models.DeploySpec, model_name: str, job_client) -> str:
     job = job_client.create_batch_prediction_job(
-        parent=spec.parent, batch_prediction_job=models.batch_prediction_job(spec, model_name))
+        parent=spec.parent, batch_prediction_job=models.batch_prediction_job(spec, model_name)
+    )
     logging.info("created batch prediction job %s", job.name)
     return job.name
 
 
-def run(spec: models.DeploySpec, export: exports.Export, model_client, endpoint_client=None,
-        job_client=None) -> Deployed:
+def run(
+    spec: models.DeploySpec,
+    export: exports.Export,
+    model_client,
+    endpoint_client=None,
+    job_client=None,
+) -> Deployed:
     """Registers the export, then deploys and/or starts batch prediction as `spec` asks."""
     model_name, evaluation = register(spec, export, model_client)
     result = Deployed(model=model_name, evaluation=evaluation)
@@ -82,15 +92,25 @@ def run(spec: models.DeploySpec, export: exports.Export, model_client, endpoint_
     return result
 
 
-def register_job_model(project: str, region: str, job_dir: str, display_name: str,
-                       labels: tuple[tuple[str, str], ...], storage,
-                       model_client) -> tuple[str, str]:
+def register_job_model(
+    project: str,
+    region: str,
+    job_dir: str,
+    display_name: str,
+    labels: tuple[tuple[str, str], ...],
+    storage,
+    model_client,
+) -> tuple[str, str]:
     """After a training job succeeded: registers its export, `<job_dir>/model`, with its
-    evaluation, served by the default CPU image (scripts/submit.py --deploy)."""
-    spec = models.DeploySpec(project=project, region=region,
-                             model_dir=f"{job_dir.rstrip('/')}/model",
-                             display_name=display_name, labels=labels,
-                             serving_image=exports.default_image(project, region, gpu=False))
+    evaluation, served by the default CPU image (trainer-submit --deploy)."""
+    spec = models.DeploySpec(
+        project=project,
+        region=region,
+        model_dir=f"{job_dir.rstrip('/')}/model",
+        display_name=display_name,
+        labels=labels,
+        serving_image=exports.default_image(project, region, gpu=False),
+    )
     return register(spec, prepare(spec, storage), model_client)
 
 
@@ -111,9 +131,11 @@ def prepare(spec: models.DeploySpec, storage) -> exports.Export:
 def clients(region: str):
     """The (model, endpoint, job) service clients of `region`'s API endpoint."""
     options = {"api_endpoint": f"{region}-aiplatform.googleapis.com"}
-    return (v1.ModelServiceClient(client_options=options),
-            v1.EndpointServiceClient(client_options=options),
-            v1.JobServiceClient(client_options=options))
+    return (
+        v1.ModelServiceClient(client_options=options),
+        v1.EndpointServiceClient(client_options=options),
+        v1.JobServiceClient(client_options=options),
+    )
 
 
 def prediction_commands(spec: models.DeploySpec, endpoint: str, examples: str) -> list[str]:
@@ -122,10 +144,9 @@ def prediction_commands(spec: models.DeploySpec, endpoint: str, examples: str) -
     endpoint_id = endpoint.rsplit("/", 1)[1]
     where = f"--model_dir={spec.model_dir} --examples='{examples}'"
     return [
-        f"python scripts/predict.py {where} --request=vertex > body.json",
+        f"python -m trainer.predict {where} --request=vertex > body.json",
         f"gcloud ai endpoints predict {endpoint_id} --region={spec.region} "
         "--json-request=body.json",
-        f"python scripts/predict.py {where} --request=raw > raw.json",
-        f"gcloud ai endpoints raw-predict {endpoint_id} --region={spec.region} "
-        "--request=@raw.json",
+        f"python -m trainer.predict {where} --request=raw > raw.json",
+        f"gcloud ai endpoints raw-predict {endpoint_id} --region={spec.region} --request=@raw.json",
     ]

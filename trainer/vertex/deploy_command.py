@@ -1,7 +1,7 @@
 """Registers an exported model in the Vertex AI Model Registry, with its evaluation, and
 serves it: on an endpoint (--endpoint) and/or as a batch prediction job (--batch_input).
 
-    python scripts/deploy.py --project=P --region=us-central1 \
+    trainer-deploy --project=P --region=us-central1 \
         --model_dir=gs://B/jobs/run-1/model --endpoint=new --dry_run
 
 --dry_run checks everything, uploads and creates nothing, and prints every request as
@@ -14,15 +14,11 @@ import json
 import logging
 import sys
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
+from trainer.base import cli
 from trainer.base import storage as storage_lib
-from trainer.vertex import deploy
-from trainer.vertex import exports
-from trainer.vertex import images
-from trainer.vertex import jobs
-from trainer.vertex import models
+from trainer.vertex import deploy, exports, images, jobs, models
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("project", None, "Google Cloud project.")
@@ -31,12 +27,17 @@ flags.DEFINE_string("model_dir", None, "gs:// export of trainer.task, e.g. <job_
 flags.DEFINE_string("display_name", None, "Model name; default: the export folder's parent.")
 flags.DEFINE_string("parent_model", None, "Model ID or resource name: upload a new version.")
 flags.DEFINE_list("labels", [], "key=value labels.")
-flags.DEFINE_string("serving_image", None, "Prediction image; default: the package's own, "
-                    f"{exports.default_image('PROJECT', 'REGION', False)} (serve-gpu with "
-                    "--accelerator_type), built by containers/cloudbuild.yaml. A prebuilt TF "
-                    "image works until its end of availability, with a warning.")
-flags.DEFINE_string("repository", images.DEFAULT_REPOSITORY, "Artifact Registry repository "
-                    "of the default image.")
+flags.DEFINE_string(
+    "serving_image",
+    None,
+    "Prediction image; default: the package's own, "
+    f"{exports.default_image('PROJECT', 'REGION', False)} (serve-gpu with "
+    "--accelerator_type), built by containers/cloudbuild.yaml. A prebuilt TF "
+    "image works until its end of availability, with a warning.",
+)
+flags.DEFINE_string(
+    "repository", images.DEFAULT_REPOSITORY, "Artifact Registry repository of the default image."
+)
 flags.DEFINE_string("endpoint", None, "Endpoint ID or resource name to deploy to, or 'new'.")
 flags.DEFINE_string("machine_type", "n1-standard-2", "Serving machine type.")
 flags.DEFINE_integer("min_replicas", 1, "Serving replicas at least.")
@@ -45,10 +46,16 @@ flags.DEFINE_string("accelerator_type", None, "e.g. NVIDIA_TESLA_T4, NVIDIA_L4."
 flags.DEFINE_integer("accelerator_count", 0, "GPUs per serving replica.")
 flags.DEFINE_string("batch_input", None, "gs:// glob of TFRecord files to predict in batch.")
 flags.DEFINE_string("batch_output", None, "gs:// folder for the batch predictions.")
-flags.DEFINE_string("examples", "gs://BUCKET/data/eval-*.tfrecord", "Examples named in the "
-                    "printed prediction commands.")
-flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from "
-                    "DIR/BUCKET/PATH (to check a local export with --dry_run).")
+flags.DEFINE_string(
+    "examples",
+    "gs://BUCKET/data/eval-*.tfrecord",
+    "Examples named in the printed prediction commands.",
+)
+flags.DEFINE_string(
+    "fake_gcs_root",
+    None,
+    "Serve every gs://BUCKET/PATH from DIR/BUCKET/PATH (to check a local export with --dry_run).",
+)
 flags.DEFINE_bool("dry_run", False, "Print the requests as JSON; upload and create nothing.")
 
 
@@ -65,16 +72,26 @@ def parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
 def spec_from_flags() -> models.DeploySpec:
     model_dir = (FLAGS.model_dir or "").rstrip("/")
     return models.DeploySpec(
-        project=FLAGS.project, region=FLAGS.region, model_dir=model_dir,
+        project=FLAGS.project,
+        region=FLAGS.region,
+        model_dir=model_dir,
         # gs://B/jobs/run-1/model is named run-1, after its job.
         display_name=FLAGS.display_name or model_dir.split("/")[-2],
-        serving_image=FLAGS.serving_image or exports.default_image(
-            FLAGS.project, FLAGS.region, bool(FLAGS.accelerator_type), FLAGS.repository),
-        parent_model=FLAGS.parent_model, labels=parse_labels(FLAGS.labels),
-        endpoint=FLAGS.endpoint, machine_type=FLAGS.machine_type,
-        min_replicas=FLAGS.min_replicas, max_replicas=FLAGS.max_replicas,
-        accelerator_type=FLAGS.accelerator_type, accelerator_count=FLAGS.accelerator_count,
-        batch_input=FLAGS.batch_input, batch_output=FLAGS.batch_output)
+        serving_image=FLAGS.serving_image
+        or exports.default_image(
+            FLAGS.project, FLAGS.region, bool(FLAGS.accelerator_type), FLAGS.repository
+        ),
+        parent_model=FLAGS.parent_model,
+        labels=parse_labels(FLAGS.labels),
+        endpoint=FLAGS.endpoint,
+        machine_type=FLAGS.machine_type,
+        min_replicas=FLAGS.min_replicas,
+        max_replicas=FLAGS.max_replicas,
+        accelerator_type=FLAGS.accelerator_type,
+        accelerator_count=FLAGS.accelerator_count,
+        batch_input=FLAGS.batch_input,
+        batch_output=FLAGS.batch_output,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -98,14 +115,16 @@ def main(argv: list[str]) -> int:
         for command in deploy.prediction_commands(spec, result.endpoint, FLAGS.examples):
             print(f"  {command}")
     if result.batch_prediction_job:
-        print(f"batch prediction job: {result.batch_prediction_job} "
-              f"(predictions to {spec.batch_output})")
+        print(
+            f"batch prediction job: {result.batch_prediction_job} "
+            f"(predictions to {spec.batch_output})"
+        )
     return 0
 
 
 def run() -> None:
     """The console command."""
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":

@@ -16,20 +16,35 @@ import re
 # containers for custom training) and "Prebuilt containers for inference and explanation"
 # (prediction). No TensorFlow training image newer than 2.17, nor prediction image newer
 # than 2.15, exists.
-SOURCE = ("Vertex AI documentation, 'Supported frameworks list' and 'Prebuilt containers "
-          "for inference', read 2026-12-03")
+SOURCE = (
+    "Vertex AI documentation, 'Supported frameworks list' and 'Prebuilt containers "
+    "for inference', read 2026-12-03"
+)
 TRAINING_END_OF_AVAILABILITY = {
-    (2, 17): datetime.date(2026, 7, 11), (2, 16): datetime.date(2026, 6, 28),
-    (2, 14): datetime.date(2025, 9, 26), (2, 13): datetime.date(2025, 7, 5),
-    (2, 12): datetime.date(2025, 6, 30)}
+    (2, 17): datetime.date(2026, 7, 11),
+    (2, 16): datetime.date(2026, 6, 28),
+    (2, 14): datetime.date(2025, 9, 26),
+    (2, 13): datetime.date(2025, 7, 5),
+    (2, 12): datetime.date(2025, 6, 30),
+}
 PREDICTION_END_OF_AVAILABILITY = {
-    (2, 15): datetime.date(2027, 1, 14), (2, 14): datetime.date(2027, 1, 14),
-    (2, 13): datetime.date(2025, 11, 28), (2, 12): datetime.date(2025, 6, 30),
-    (2, 11): datetime.date(2024, 11, 15), (2, 10): datetime.date(2024, 11, 15)}
-_PREBUILT = {"training": (re.compile(r"/vertex-ai/training/tf-(cpu|gpu)\.(\d+)-(\d+)"),
-                          TRAINING_END_OF_AVAILABILITY),
-             "prediction": (re.compile(r"/vertex-ai/prediction/tf2-(cpu|gpu)\.(\d+)-(\d+)"),
-                            PREDICTION_END_OF_AVAILABILITY)}
+    (2, 15): datetime.date(2027, 1, 14),
+    (2, 14): datetime.date(2027, 1, 14),
+    (2, 13): datetime.date(2025, 11, 28),
+    (2, 12): datetime.date(2025, 6, 30),
+    (2, 11): datetime.date(2024, 11, 15),
+    (2, 10): datetime.date(2024, 11, 15),
+}
+_PREBUILT = {
+    "training": (
+        re.compile(r"/vertex-ai/training/tf-(cpu|gpu)\.(\d+)-(\d+)"),
+        TRAINING_END_OF_AVAILABILITY,
+    ),
+    "prediction": (
+        re.compile(r"/vertex-ai/prediction/tf2-(cpu|gpu)\.(\d+)-(\d+)"),
+        PREDICTION_END_OF_AVAILABILITY,
+    ),
+}
 # The package's images: <region>-docker.pkg.dev/<project>/<repository>/<role>-<cpu|gpu>
 ROLES = ("train", "serve")
 DEFAULT_REPOSITORY = "trainer"
@@ -37,13 +52,18 @@ DEFAULT_TAG = "latest"
 _OWN = re.compile(r"/(train|serve)-(cpu|gpu)(:|@|$)")
 
 
-def own_image(project: str, region: str, role: str, gpu: bool,
-              repository: str = DEFAULT_REPOSITORY, tag: str = DEFAULT_TAG) -> str:
+def own_image(
+    project: str,
+    region: str,
+    role: str,
+    gpu: bool,
+    repository: str = DEFAULT_REPOSITORY,
+    tag: str = DEFAULT_TAG,
+) -> str:
     """The name of one of the package's images in the region's Artifact Registry."""
     if role not in ROLES:
         raise ValueError(f"role {role!r}: expected one of {ROLES}")
-    return (f"{region}-docker.pkg.dev/{project}/{repository}/{role}-"
-            f"{'gpu' if gpu else 'cpu'}:{tag}")
+    return f"{region}-docker.pkg.dev/{project}/{repository}/{role}-{'gpu' if gpu else 'cpu'}:{tag}"
 
 
 def own_kind(image: str) -> tuple[str, str] | None:
@@ -79,6 +99,9 @@ def retired(image: str, use: str, today: datetime.date) -> str | None:
     date = end_of_availability(image, use)
     if date is None or date > today:
         return None
-    exact = prebuilt(image, use)[1] in _PREBUILT[use][1]
-    return (f"{image} reached its end of availability {'on' if exact else 'by'} "
-            f"{date.isoformat()} and Vertex AI no longer accepts it ({SOURCE})")
+    found = prebuilt(image, use)
+    exact = found is not None and found[1] in _PREBUILT[use][1]
+    return (
+        f"{image} reached its end of availability {'on' if exact else 'by'} "
+        f"{date.isoformat()} and Vertex AI no longer accepts it ({SOURCE})"
+    )

@@ -17,11 +17,15 @@ from google.protobuf import duration_pb2
 from trainer.base import contracts
 
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
-GOALS = {"maximize": v1.StudySpec.MetricSpec.GoalType.MAXIMIZE,
-         "minimize": v1.StudySpec.MetricSpec.GoalType.MINIMIZE}
-SCALES = {"linear": v1.StudySpec.ParameterSpec.ScaleType.UNIT_LINEAR_SCALE,
-          "log": v1.StudySpec.ParameterSpec.ScaleType.UNIT_LOG_SCALE,
-          "reverse_log": v1.StudySpec.ParameterSpec.ScaleType.UNIT_REVERSE_LOG_SCALE}
+GOALS = {
+    "maximize": v1.StudySpec.MetricSpec.GoalType.MAXIMIZE,
+    "minimize": v1.StudySpec.MetricSpec.GoalType.MINIMIZE,
+}
+SCALES = {
+    "linear": v1.StudySpec.ParameterSpec.ScaleType.UNIT_LINEAR_SCALE,
+    "log": v1.StudySpec.ParameterSpec.ScaleType.UNIT_LOG_SCALE,
+    "reverse_log": v1.StudySpec.ParameterSpec.ScaleType.UNIT_REVERSE_LOG_SCALE,
+}
 
 
 class JobError(ValueError):
@@ -69,23 +73,28 @@ def machine_spec(spec) -> v1.MachineSpec:
     accelerator_count)."""
     machine = v1.MachineSpec(machine_type=spec.machine_type)
     if spec.accelerator_type:
-        machine.accelerator_type = v1.AcceleratorType[spec.accelerator_type]
+        machine.accelerator_type = v1.AcceleratorType[spec.accelerator_type]  # type: ignore[misc]  # proto-plus enums index by name
         machine.accelerator_count = spec.accelerator_count
     return machine
 
 
 def custom_job_spec(spec: JobSpec) -> v1.CustomJobSpec:
     """The job's pools, outputs and scheduling."""
-    pools = [v1.WorkerPoolSpec(machine_spec=machine_spec(spec), replica_count=1,
-                               **_program(spec))]
+    pools = [v1.WorkerPoolSpec(machine_spec=machine_spec(spec), replica_count=1, **_program(spec))]
     if spec.workers > 1:
-        pools.append(v1.WorkerPoolSpec(machine_spec=machine_spec(spec),
-                                       replica_count=spec.workers - 1, **_program(spec)))
+        pools.append(
+            v1.WorkerPoolSpec(
+                machine_spec=machine_spec(spec), replica_count=spec.workers - 1, **_program(spec)
+            )
+        )
     if spec.reduction_servers:
-        pools.append(v1.WorkerPoolSpec(
-            machine_spec=v1.MachineSpec(machine_type=spec.reduction_server_machine_type),
-            replica_count=spec.reduction_servers,
-            container_spec=v1.ContainerSpec(image_uri=REDUCTION_SERVER_IMAGE)))
+        pools.append(
+            v1.WorkerPoolSpec(
+                machine_spec=v1.MachineSpec(machine_type=spec.reduction_server_machine_type),
+                replica_count=spec.reduction_servers,
+                container_spec=v1.ContainerSpec(image_uri=REDUCTION_SERVER_IMAGE),
+            )
+        )
     restart = spec.restart_job_on_worker_restart
     if restart is None:
         # A restarted worker cannot rejoin running collectives: restart them all.
@@ -94,11 +103,13 @@ def custom_job_spec(spec: JobSpec) -> v1.CustomJobSpec:
     if spec.timeout_s:
         scheduling.timeout = duration_pb2.Duration(seconds=spec.timeout_s)
     if spec.spot:
-        scheduling.strategy = v1.Scheduling.Strategy.SPOT
+        scheduling.strategy = v1.Scheduling.Strategy.SPOT  # type: ignore[assignment]  # proto-plus
     job_spec = v1.CustomJobSpec(
-        worker_pool_specs=pools, scheduling=scheduling,
+        worker_pool_specs=pools,
+        scheduling=scheduling,
         # Vertex derives AIP_MODEL_DIR, AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR from it.
-        base_output_directory=v1.GcsDestination(output_uri_prefix=spec.job_dir))
+        base_output_directory=v1.GcsDestination(output_uri_prefix=spec.job_dir),
+    )
     if spec.service_account:
         job_spec.service_account = spec.service_account
     if spec.tensorboard:
@@ -110,22 +121,33 @@ def _program(spec: JobSpec) -> dict:
     """What a training pool runs: the image's container, or the prebuilt image's
     python package spec."""
     if spec.executor_image:
-        return {"python_package_spec": v1.PythonPackageSpec(
-            executor_image_uri=spec.executor_image, package_uris=[spec.package_uri],
-            python_module="trainer.task", args=list(spec.trainer_args))}
-    env = ([v1.EnvVar(name=contracts.PACKAGE_ENV, value=spec.package_uri)]
-           if spec.package_uri else [])
-    return {"container_spec": v1.ContainerSpec(image_uri=spec.image,
-                                               args=list(spec.trainer_args), env=env)}
+        return {
+            "python_package_spec": v1.PythonPackageSpec(
+                executor_image_uri=spec.executor_image,
+                package_uris=[spec.package_uri],
+                python_module="trainer.task",
+                args=list(spec.trainer_args),
+            )
+        }
+    env = (
+        [v1.EnvVar(name=contracts.PACKAGE_ENV, value=spec.package_uri)] if spec.package_uri else []
+    )
+    return {
+        "container_spec": v1.ContainerSpec(
+            image_uri=spec.image, args=list(spec.trainer_args), env=env
+        )
+    }
 
 
 def custom_job(spec: JobSpec) -> v1.CustomJob:
-    return v1.CustomJob(display_name=spec.display_name, job_spec=custom_job_spec(spec),
-                        labels=dict(spec.labels))
+    return v1.CustomJob(
+        display_name=spec.display_name, job_spec=custom_job_spec(spec), labels=dict(spec.labels)
+    )
 
 
-def hptune_job(spec: JobSpec, config: dict, source: str = "--hptune_config"
-               ) -> v1.HyperparameterTuningJob:
+def hptune_job(
+    spec: JobSpec, config: dict, source: str = "--hptune_config"
+) -> v1.HyperparameterTuningJob:
     """A tuning job whose trials run `spec` with the tuned parameters as flags.
 
     `config`: {"metric": "accuracy", "goal": "maximize", "max_trials": 20,
@@ -137,28 +159,34 @@ def hptune_job(spec: JobSpec, config: dict, source: str = "--hptune_config"
     Raises:
       JobError: naming `source` and the entry at fault.
     """
+
     def fail(what: str) -> JobError:
         return JobError(f"{source}: {what}")
 
     metric = config.get("metric")
     if not metric:
         raise fail('no "metric" (the trainer reports loss, accuracy, mae or rmse)')
-    goal = GOALS.get(str(config.get("goal", "minimize" if contracts.minimized(metric)
-                                     else "maximize")).lower())
+    goal = GOALS.get(
+        str(config.get("goal", "minimize" if contracts.minimized(metric) else "maximize")).lower()
+    )
     if goal is None:
         raise fail(f'"goal" must be one of {", ".join(GOALS)}')
     parameters = [_parameter(p, fail) for p in config.get("parameters") or []]
     if not parameters:
         raise fail('no "parameters" to tune')
     trial_spec = dataclasses.replace(
-        spec, trainer_args=tuple(spec.trainer_args) + (f"--hptune_metric={metric}",))
+        spec, trainer_args=tuple(spec.trainer_args) + (f"--hptune_metric={metric}",)
+    )
     return v1.HyperparameterTuningJob(
         display_name=spec.display_name,
-        study_spec=v1.StudySpec(metrics=[v1.StudySpec.MetricSpec(metric_id=metric, goal=goal)],
-                                parameters=parameters),
+        study_spec=v1.StudySpec(
+            metrics=[v1.StudySpec.MetricSpec(metric_id=metric, goal=goal)], parameters=parameters
+        ),
         max_trial_count=int(config.get("max_trials", 10)),
         parallel_trial_count=int(config.get("parallel_trials", 2)),
-        trial_job_spec=custom_job_spec(trial_spec), labels=dict(spec.labels))
+        trial_job_spec=custom_job_spec(trial_spec),
+        labels=dict(spec.labels),
+    )
 
 
 def _parameter(p: dict, fail) -> v1.StudySpec.ParameterSpec:
@@ -169,30 +197,42 @@ def _parameter(p: dict, fail) -> v1.StudySpec.ParameterSpec:
     try:
         if kind == "double":
             param.double_value_spec = v1.StudySpec.ParameterSpec.DoubleValueSpec(
-                min_value=float(p["min"]), max_value=float(p["max"]))
+                min_value=float(p["min"]), max_value=float(p["max"])
+            )
         elif kind == "integer":
             param.integer_value_spec = v1.StudySpec.ParameterSpec.IntegerValueSpec(
-                min_value=int(p["min"]), max_value=int(p["max"]))
+                min_value=int(p["min"]), max_value=int(p["max"])
+            )
         elif kind == "categorical":
             param.categorical_value_spec = v1.StudySpec.ParameterSpec.CategoricalValueSpec(
-                values=[str(v) for v in p["values"]])
+                values=[str(v) for v in p["values"]]
+            )
         elif kind == "discrete":
             param.discrete_value_spec = v1.StudySpec.ParameterSpec.DiscreteValueSpec(
-                values=[float(v) for v in p["values"]])
+                values=[float(v) for v in p["values"]]
+            )
         else:
-            raise fail(f"parameter {name!r}: type {kind!r}, expected double, integer, "
-                       "categorical or discrete")
+            raise fail(
+                f"parameter {name!r}: type {kind!r}, expected double, integer, "
+                "categorical or discrete"
+            )
     except KeyError as e:
         raise fail(f"parameter {name!r} ({kind}) needs {e.args[0]!r}") from None
     if "scale" in p:
         if p["scale"] not in SCALES:
-            raise fail(f"parameter {name!r}: scale {p['scale']!r}, expected one of "
-                       f"{', '.join(SCALES)}")
-        param.scale_type = SCALES[p["scale"]]
+            raise fail(
+                f"parameter {name!r}: scale {p['scale']!r}, expected one of {', '.join(SCALES)}"
+            )
+        param.scale_type = SCALES[p["scale"]]  # type: ignore[assignment]  # proto-plus
     return param
 
 
 def to_json(job) -> str:
     """The REST JSON of a job proto (camelCase), as the Vertex API and console show it."""
-    return type(job).to_json(job, use_integers_for_enums=False, sort_keys=True, indent=2,
-                             always_print_fields_with_no_presence=False)
+    return type(job).to_json(
+        job,
+        use_integers_for_enums=False,
+        sort_keys=True,
+        indent=2,
+        always_print_fields_with_no_presence=False,
+    )

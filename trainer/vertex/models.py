@@ -15,19 +15,27 @@ import re
 from google.cloud import aiplatform_v1 as v1
 
 from trainer.base import contracts
-from trainer.vertex import exports
-from trainer.vertex import images
-from trainer.vertex import jobs
+from trainer.vertex import exports, images, jobs
 
-EVALUATION_SCHEMA = {"classification": contracts.CLASSIFICATION_SCHEMA,
-                     "regression": contracts.REGRESSION_SCHEMA}
+EVALUATION_SCHEMA = {
+    "classification": contracts.CLASSIFICATION_SCHEMA,
+    "regression": contracts.REGRESSION_SCHEMA,
+}
 # The metrics of those schemas, and the trainer's older short names for some of them.
 VERTEX_METRICS = {
     "classification": ("auRoc", "auPrc", "logLoss"),
-    "regression": ("meanAbsoluteError", "rootMeanSquaredError", "rSquared",
-                   "meanAbsolutePercentageError", "rootMeanSquaredLogError")}
-SHORT_NAMES = {"classification": {"loss": "logLoss"},
-               "regression": {"mae": "meanAbsoluteError", "rmse": "rootMeanSquaredError"}}
+    "regression": (
+        "meanAbsoluteError",
+        "rootMeanSquaredError",
+        "rSquared",
+        "meanAbsolutePercentageError",
+        "rootMeanSquaredLogError",
+    ),
+}
+SHORT_NAMES = {
+    "classification": {"loss": "logLoss"},
+    "regression": {"mae": "meanAbsoluteError", "rmse": "rootMeanSquaredError"},
+}
 # Where a request is not yet known to a dry run: the model the upload will create.
 UPLOADED_MODEL = "projects/{project}/locations/{region}/models/UPLOADED_MODEL_ID"
 
@@ -43,14 +51,14 @@ class DeploySpec:
     serving_image: str
     parent_model: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
-    endpoint: str | None = None          # an endpoint ID or resource name, or "new"
+    endpoint: str | None = None  # an endpoint ID or resource name, or "new"
     machine_type: str = "n1-standard-2"
     min_replicas: int = 1
     max_replicas: int = 1
     accelerator_type: str | None = None
     accelerator_count: int = 0
-    batch_input: str | None = None       # a gs:// glob of TFRecord files
-    batch_output: str | None = None      # a gs:// folder
+    batch_input: str | None = None  # a gs:// glob of TFRecord files
+    batch_output: str | None = None  # a gs:// folder
 
     @property
     def parent(self) -> str:
@@ -76,12 +84,15 @@ def check(spec: DeploySpec) -> None:
             continue
         m = re.fullmatch(rf"projects/[^/]+/locations/([^/]+)/{kind}/[^/]+", value)
         if value.startswith("projects/") and not m:
-            raise jobs.JobError(f"--{flag}={value!r}: expected an ID or "
-                                f"projects/P/locations/R/{kind}/ID")
+            raise jobs.JobError(
+                f"--{flag}={value!r}: expected an ID or projects/P/locations/R/{kind}/ID"
+            )
         if m and m[1] != spec.region:
-            raise jobs.JobError(f"--{flag}={value!r} is in region {m[1]}, not --region="
-                                f"{spec.region}: a model is served in the region it is "
-                                "registered in")
+            raise jobs.JobError(
+                f"--{flag}={value!r} is in region {m[1]}, not --region="
+                f"{spec.region}: a model is served in the region it is "
+                "registered in"
+            )
     if bool(spec.batch_input) != bool(spec.batch_output):
         raise jobs.JobError("--batch_input and --batch_output go together")
     for flag in ("batch_input", "batch_output"):
@@ -89,15 +100,21 @@ def check(spec: DeploySpec) -> None:
         if value and not value.startswith("gs://"):
             raise jobs.JobError(f"--{flag}={value!r}: batch prediction needs a gs:// location")
     if not 1 <= spec.min_replicas <= spec.max_replicas:
-        raise jobs.JobError(f"--min_replicas={spec.min_replicas} --max_replicas="
-                            f"{spec.max_replicas}: expected 1 <= min <= max")
+        raise jobs.JobError(
+            f"--min_replicas={spec.min_replicas} --max_replicas="
+            f"{spec.max_replicas}: expected 1 <= min <= max"
+        )
     if spec.accelerator_type and spec.accelerator_type not in v1.AcceleratorType.__members__:
-        raise jobs.JobError(f"--accelerator_type={spec.accelerator_type!r} is not a Vertex "
-                            "accelerator (e.g. NVIDIA_TESLA_T4, NVIDIA_L4)")
+        raise jobs.JobError(
+            f"--accelerator_type={spec.accelerator_type!r} is not a Vertex "
+            "accelerator (e.g. NVIDIA_TESLA_T4, NVIDIA_L4)"
+        )
     if bool(spec.accelerator_type) != (spec.accelerator_count > 0):
-        raise jobs.JobError(f"--accelerator_type={spec.accelerator_type!r} and "
-                            f"--accelerator_count={spec.accelerator_count} disagree: give "
-                            "both, or neither")
+        raise jobs.JobError(
+            f"--accelerator_type={spec.accelerator_type!r} and "
+            f"--accelerator_count={spec.accelerator_count} disagree: give "
+            "both, or neither"
+        )
 
 
 def container_spec(image: str) -> v1.ModelContainerSpec:
@@ -106,16 +123,22 @@ def container_spec(image: str) -> v1.ModelContainerSpec:
     Vertex hands back to it as AIP_HTTP_PORT, AIP_HEALTH_ROUTE and AIP_PREDICT_ROUTE."""
     if images.prebuilt(image, "prediction"):
         return v1.ModelContainerSpec(image_uri=image)
-    return v1.ModelContainerSpec(image_uri=image, ports=[v1.Port(container_port=contracts.HTTP_PORT)],
-                                 health_route=contracts.HEALTH_ROUTE,
-                                 predict_route=contracts.PREDICT_ROUTE)
+    return v1.ModelContainerSpec(
+        image_uri=image,
+        ports=[v1.Port(container_port=contracts.HTTP_PORT)],
+        health_route=contracts.HEALTH_ROUTE,
+        predict_route=contracts.PREDICT_ROUTE,
+    )
 
 
 def model(spec: DeploySpec) -> v1.Model:
     """The Model Registry entry: the export at `artifact_uri`, served by the image."""
-    return v1.Model(display_name=spec.display_name, artifact_uri=spec.model_dir,
-                    container_spec=container_spec(spec.serving_image),
-                    labels=dict(spec.labels))
+    return v1.Model(
+        display_name=spec.display_name,
+        artifact_uri=spec.model_dir,
+        container_spec=container_spec(spec.serving_image),
+        labels=dict(spec.labels),
+    )
 
 
 def upload_request(spec: DeploySpec) -> v1.UploadModelRequest:
@@ -137,43 +160,64 @@ def evaluation(export: exports.Export) -> v1.ModelEvaluation:
     metrics = {}
     for name, value in export.metrics.items():
         vertex_name = SHORT_NAMES[kind].get(name, name)
-        if vertex_name in VERTEX_METRICS[kind] and isinstance(value, (int, float)) \
-                and math.isfinite(value):
+        if (
+            vertex_name in VERTEX_METRICS[kind]
+            and isinstance(value, (int, float))
+            and math.isfinite(value)
+        ):
             metrics[vertex_name] = float(value)
     if export.evaluation:
         metrics.update(export.evaluation["metrics"])
     explanation = None
     if export.importance:
-        explanation = v1.ModelExplanation(mean_attributions=[v1.Attribution(
-            feature_attributions={row["name"]: row["importance"]
-                                  for row in export.importance["features"]})])
+        explanation = v1.ModelExplanation(
+            mean_attributions=[
+                v1.Attribution(
+                    feature_attributions={
+                        row["name"]: row["importance"] for row in export.importance["features"]
+                    }
+                )
+            ]
+        )
     return v1.ModelEvaluation(
         display_name=f"trainer evaluation at step {export.metrics.get('step', '?')}",
-        metrics_schema_uri=EVALUATION_SCHEMA[kind], metrics=metrics,
-        model_explanation=explanation)
+        metrics_schema_uri=EVALUATION_SCHEMA[kind],
+        metrics=metrics,
+        model_explanation=explanation,
+    )
 
 
 def deployed_model(spec: DeploySpec, model_name: str) -> v1.DeployedModel:
     return v1.DeployedModel(
-        model=model_name, display_name=spec.display_name,
+        model=model_name,
+        display_name=spec.display_name,
         dedicated_resources=v1.DedicatedResources(
-            machine_spec=jobs.machine_spec(spec), min_replica_count=spec.min_replicas,
-            max_replica_count=spec.max_replicas))
+            machine_spec=jobs.machine_spec(spec),
+            min_replica_count=spec.min_replicas,
+            max_replica_count=spec.max_replicas,
+        ),
+    )
 
 
 def batch_prediction_job(spec: DeploySpec, model_name: str) -> v1.BatchPredictionJob:
     """Each record of --batch_input goes base64-encoded to `serving_default`."""
     return v1.BatchPredictionJob(
-        display_name=f"{spec.display_name}-batch", model=model_name,
+        display_name=f"{spec.display_name}-batch",
+        model=model_name,
         input_config=v1.BatchPredictionJob.InputConfig(
-            instances_format="tf-record", gcs_source=v1.GcsSource(uris=[spec.batch_input])),
+            instances_format="tf-record", gcs_source=v1.GcsSource(uris=[spec.batch_input])
+        ),
         output_config=v1.BatchPredictionJob.OutputConfig(
             predictions_format="jsonl",
-            gcs_destination=v1.GcsDestination(output_uri_prefix=spec.batch_output)),
+            gcs_destination=v1.GcsDestination(output_uri_prefix=spec.batch_output),
+        ),
         dedicated_resources=v1.BatchDedicatedResources(
-            machine_spec=jobs.machine_spec(spec), starting_replica_count=spec.min_replicas,
-            max_replica_count=spec.max_replicas),
-        labels=dict(spec.labels))
+            machine_spec=jobs.machine_spec(spec),
+            starting_replica_count=spec.min_replicas,
+            max_replica_count=spec.max_replicas,
+        ),
+        labels=dict(spec.labels),
+    )
 
 
 def dry_run(spec: DeploySpec, export: exports.Export) -> dict:

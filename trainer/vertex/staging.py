@@ -18,9 +18,10 @@ from google.api_core import exceptions as gexc
 
 from trainer.vertex import jobs
 
-# The checkout this package was installed from (an editable install, or scripts/ run in
-# place); an installed copy stages the checkout it is run in (see submit's --repo).
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The checkout of this code (an editable install, or scripts/ run in place); an
+# installed copy (trainer-submit) stages the checkout it is run from instead.
+_HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = _HERE if os.path.exists(os.path.join(_HERE, "setup.py")) else os.getcwd()
 
 
 def build_sdist(repo: str = REPO, out_dir: str | None = None) -> str:
@@ -32,9 +33,18 @@ def build_sdist(repo: str = REPO, out_dir: str | None = None) -> str:
     Raises:
       JobError: if the build fails or a module is missing from the archive.
     """
+    if not os.path.exists(os.path.join(repo, "setup.py")):
+        raise jobs.JobError(
+            f"{repo} is not the package's checkout (no setup.py): run from it to stage its "
+            "code, or pass --nostage_package to run the code of --image"
+        )
     out_dir = out_dir or tempfile.mkdtemp(prefix="trainer-sdist-")
-    proc = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "--formats=gztar",
-                           f"--dist-dir={out_dir}"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "--formats=gztar", f"--dist-dir={out_dir}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
     archives = glob.glob(os.path.join(out_dir, "*.tar.gz"))
     if proc.returncode or len(archives) != 1:
         raise jobs.JobError(f"building the sdist failed: {proc.stderr.strip()[-500:]}")
@@ -48,13 +58,17 @@ def check_sdist(archive: str, repo: str = REPO) -> None:
     only, after the VMs started."""
     with tarfile.open(archive) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
-    modules = {os.path.relpath(p, repo)
-               for p in glob.glob(os.path.join(repo, "trainer", "**", "*.py"), recursive=True)
-               if not os.path.relpath(p, repo).startswith(os.path.join("trainer", "vertex", ""))}
+    modules = {
+        os.path.relpath(p, repo)
+        for p in glob.glob(os.path.join(repo, "trainer", "**", "*.py"), recursive=True)
+        if not os.path.relpath(p, repo).startswith(os.path.join("trainer", "vertex", ""))
+    }
     missing = sorted(modules - names)
     if missing:
-        raise jobs.JobError(f"the sdist {os.path.basename(archive)} lacks {', '.join(missing)}; "
-                            "check packages= in setup.py")
+        raise jobs.JobError(
+            f"the sdist {os.path.basename(archive)} lacks {', '.join(missing)}; "
+            "check packages= in setup.py"
+        )
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -67,8 +81,10 @@ def _split(uri: str) -> tuple[str, str]:
 def _explain(error: Exception, action: str) -> jobs.JobError:
     """One line for a Cloud Storage failure, naming what was attempted."""
     if isinstance(error, gexc.Forbidden):
-        why = ("permission denied (403): check the account's roles on the bucket "
-               "(gcloud auth application-default login, or the service account)")
+        why = (
+            "permission denied (403): check the account's roles on the bucket "
+            "(gcloud auth application-default login, or the service account)"
+        )
     elif isinstance(error, gexc.NotFound):
         why = "not found (404): check the bucket name and that it exists"
     elif isinstance(error, gexc.GoogleAPICallError):
@@ -92,7 +108,7 @@ def upload(client, local_path: str, staging_dir: str) -> str:
 def glob_matches(client, pattern: str, limit: int = 1000) -> list[str]:
     """Objects matching a gs:// glob (*, ?, [..]), listed under its literal prefix."""
     bucket, path = _split(pattern)
-    prefix = path[:min([path.find(c) for c in "*?[" if c in path] or [len(path)])]
+    prefix = path[: min([path.find(c) for c in "*?[" if c in path] or [len(path)])]
     try:
         names = [b.name for b in client.list_blobs(bucket, prefix=prefix, max_results=limit)]
     except Exception as e:
@@ -104,6 +120,7 @@ def check_data(client, pattern: str) -> int:
     """Fails unless the training data glob matches objects; returns how many."""
     found = glob_matches(client, pattern)
     if not found:
-        raise jobs.JobError(f"no object matches --train_data={pattern} in bucket "
-                            f"{_split(pattern)[0]!r}")
+        raise jobs.JobError(
+            f"no object matches --train_data={pattern} in bucket {_split(pattern)[0]!r}"
+        )
     return len(found)

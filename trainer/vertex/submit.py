@@ -11,11 +11,14 @@ import time
 
 from google.cloud import aiplatform_v1 as v1
 
-from trainer.vertex import jobs
-from trainer.vertex import staging
+from trainer.vertex import jobs, staging
 
-TERMINAL = {v1.JobState.JOB_STATE_SUCCEEDED, v1.JobState.JOB_STATE_FAILED,
-            v1.JobState.JOB_STATE_CANCELLED, v1.JobState.JOB_STATE_EXPIRED}
+TERMINAL = {
+    v1.JobState.JOB_STATE_SUCCEEDED,
+    v1.JobState.JOB_STATE_FAILED,
+    v1.JobState.JOB_STATE_CANCELLED,
+    v1.JobState.JOB_STATE_EXPIRED,
+}
 
 
 def train_data_flag(trainer_args) -> str | None:
@@ -31,11 +34,13 @@ def console_link(name: str, project: str) -> str:
     parts = name.split("/")
     region, kind, job_id = parts[3], parts[4], parts[5]
     page = "training" if kind == "customJobs" else "training/hyperparameter-tuning-jobs"
-    return (f"https://console.cloud.google.com/vertex-ai/locations/{region}/{page}/"
-            f"{job_id}?project={project}")
+    return (
+        f"https://console.cloud.google.com/vertex-ai/locations/{region}/{page}/"
+        f"{job_id}?project={project}"
+    )
 
 
-def submit(spec: jobs.JobSpec, job, sdist: str, storage_client, job_client) -> str:
+def submit(spec: jobs.JobSpec, job, sdist: str | None, storage_client, job_client) -> str:
     """Checks the data, uploads the sdist to spec.package_uri (if the job installs one),
     creates `job`.
 
@@ -47,10 +52,12 @@ def submit(spec: jobs.JobSpec, job, sdist: str, storage_client, job_client) -> s
         n = staging.check_data(storage_client, data)
         logging.info("--train_data matches %d object(s)", n)
     if spec.package_uri:
+        assert sdist, "a job that installs a package is given its sdist"
         staging.upload(storage_client, sdist, spec.package_uri.rsplit("/", 1)[0])
     if isinstance(job, v1.HyperparameterTuningJob):
         created = job_client.create_hyperparameter_tuning_job(
-            parent=spec.parent, hyperparameter_tuning_job=job)
+            parent=spec.parent, hyperparameter_tuning_job=job
+        )
     else:
         created = job_client.create_custom_job(parent=spec.parent, custom_job=job)
     return created.name
@@ -58,8 +65,11 @@ def submit(spec: jobs.JobSpec, job, sdist: str, storage_client, job_client) -> s
 
 def stream(job_client, name: str, poll_s: float = 30.0, clock=time.sleep) -> int:
     """Logs the job's state until it ends; returns 0 if it succeeded, 1 otherwise."""
-    get = (job_client.get_hyperparameter_tuning_job if "/hyperparameterTuningJobs/" in name
-           else job_client.get_custom_job)
+    get = (
+        job_client.get_hyperparameter_tuning_job
+        if "/hyperparameterTuningJobs/" in name
+        else job_client.get_custom_job
+    )
     last = None
     while True:
         job = get(name=name)

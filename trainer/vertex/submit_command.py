@@ -1,6 +1,6 @@
 """Submits the trainer to Vertex AI as a custom job (or hyperparameter tuning job).
 
-    python scripts/submit.py --project=P --region=us-central1 \
+    trainer-submit --project=P --region=us-central1 \
         --staging_dir=gs://B/staging --job_dir=gs://B/jobs/run-1 \
         --machine_type=n1-standard-8 --accelerator_type=NVIDIA_TESLA_T4 \
         --accelerator_count=1 --workers=1 --dry_run -- \
@@ -19,21 +19,21 @@ import logging
 import os
 import sys
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
-from trainer.vertex import checks
-from trainer.vertex import images
-from trainer.vertex import jobs
-from trainer.vertex import staging
+from trainer.base import cli
+from trainer.vertex import checks, images, jobs, staging
 from trainer.vertex import submit as submit_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("project", None, "Google Cloud project.")
 flags.DEFINE_string("region", "us-central1", "Vertex AI region.")
 flags.DEFINE_string("staging_dir", None, "gs:// folder for the package.")
-flags.DEFINE_string("job_dir", None, "gs:// base output directory of the job "
-                    "(model/, checkpoints/, logs/ below it).")
+flags.DEFINE_string(
+    "job_dir",
+    None,
+    "gs:// base output directory of the job (model/, checkpoints/, logs/ below it).",
+)
 flags.DEFINE_string("display_name", None, "Job name; default trainer-<timestamp>.")
 flags.DEFINE_string("machine_type", "n1-standard-8", "Machine type of every training VM.")
 flags.DEFINE_string("accelerator_type", None, "e.g. NVIDIA_TESLA_T4, NVIDIA_L4.")
@@ -41,33 +41,54 @@ flags.DEFINE_integer("accelerator_count", 0, "GPUs per training VM.")
 flags.DEFINE_integer("workers", 1, "Training VMs, chief included.")
 flags.DEFINE_integer("reduction_servers", 0, "Reduction Server replicas (pool 2).")
 flags.DEFINE_string("reduction_server_machine_type", "n1-highcpu-16", "Their machine type.")
-flags.DEFINE_string("image", None, "Training image; default: the package's own, "
-                    f"{images.own_image('PROJECT', 'REGION', 'train', False)} (train-gpu "
-                    "with accelerators), built by containers/cloudbuild.yaml.")
-flags.DEFINE_string("repository", images.DEFAULT_REPOSITORY, "Artifact Registry repository "
-                    "of the default images.")
-flags.DEFINE_bool("stage_package", True, "Stage the current code's sdist and install it "
-                  "when the job starts (seconds); --nostage_package runs the code built "
-                  "into --image.")
-flags.DEFINE_string("executor_image", None, "Run in a prebuilt training image as a python "
-                    "package instead (refused past its end of availability, see "
-                    "vertex/images.py).")
+flags.DEFINE_string(
+    "image",
+    None,
+    "Training image; default: the package's own, "
+    f"{images.own_image('PROJECT', 'REGION', 'train', False)} (train-gpu "
+    "with accelerators), built by containers/cloudbuild.yaml.",
+)
+flags.DEFINE_string(
+    "repository", images.DEFAULT_REPOSITORY, "Artifact Registry repository of the default images."
+)
+flags.DEFINE_bool(
+    "stage_package",
+    True,
+    "Stage the current code's sdist and install it "
+    "when the job starts (seconds); --nostage_package runs the code built "
+    "into --image.",
+)
+flags.DEFINE_string(
+    "executor_image",
+    None,
+    "Run in a prebuilt training image as a python "
+    "package instead (refused past its end of availability, see "
+    "trainer/vertex/images.py).",
+)
 flags.DEFINE_string("service_account", None, "Service account the job runs as.")
 flags.DEFINE_list("labels", [], "key=value labels.")
 flags.DEFINE_integer("timeout_s", None, "Job timeout in seconds.")
-flags.DEFINE_bool("restart_job_on_worker_restart", None, "Restart every worker when one "
-                  "restarts; default: on for multi-worker jobs.")
+flags.DEFINE_bool(
+    "restart_job_on_worker_restart",
+    None,
+    "Restart every worker when one restarts; default: on for multi-worker jobs.",
+)
 flags.DEFINE_bool("spot", False, "Run on Spot VMs (cheaper, preemptible).")
 flags.DEFINE_string("tensorboard", None, "Vertex TensorBoard instance resource name.")
 flags.DEFINE_string("hptune_config", None, "YAML or JSON study: makes it a tuning job.")
 flags.DEFINE_bool("dry_run", False, "Print the job as JSON; upload and submit nothing.")
 flags.DEFINE_bool("stream", False, "After submitting, log the job's state until it ends.")
-flags.DEFINE_bool("deploy", False, "With --stream: once the job succeeds, register its model "
-                  "with its evaluation, as scripts/deploy.py does.")
+flags.DEFINE_bool(
+    "deploy",
+    False,
+    "With --stream: once the job succeeds, register its model "
+    "with its evaluation, as trainer-deploy does.",
+)
 
 
 def load_config(path: str) -> dict:
     import yaml  # JSON is YAML too
+
     try:
         with open(path) as f:
             return yaml.safe_load(f) or {}
@@ -75,52 +96,73 @@ def load_config(path: str) -> dict:
         raise jobs.JobError(f"--hptune_config={path}: {e}") from None
 
 
+def spec_from_flags(name: str, sdist: str | None, trainer_args: tuple) -> jobs.JobSpec:
+    """The job the flags describe, named `name`, installing `sdist` if given."""
+    labels = []
+    for label in FLAGS.labels:
+        key, sep, value = label.partition("=")
+        if not sep:
+            raise jobs.JobError(f"--labels: {label!r} is not key=value")
+        labels.append((key, value))
+    image = FLAGS.image or images.own_image(
+        FLAGS.project, FLAGS.region, "train", bool(FLAGS.accelerator_count), FLAGS.repository
+    )
+    package_uri = (
+        f"{FLAGS.staging_dir.rstrip('/')}/{name}/{os.path.basename(sdist)}" if sdist else None
+    )
+    return jobs.JobSpec(
+        project=FLAGS.project,
+        region=FLAGS.region,
+        display_name=name,
+        package_uri=package_uri,
+        job_dir=FLAGS.job_dir,
+        trainer_args=trainer_args,
+        image=image,
+        executor_image=FLAGS.executor_image,
+        machine_type=FLAGS.machine_type,
+        accelerator_type=FLAGS.accelerator_type,
+        accelerator_count=FLAGS.accelerator_count,
+        workers=FLAGS.workers,
+        reduction_servers=FLAGS.reduction_servers,
+        reduction_server_machine_type=FLAGS.reduction_server_machine_type,
+        service_account=FLAGS.service_account,
+        labels=tuple(labels),
+        timeout_s=FLAGS.timeout_s,
+        restart_job_on_worker_restart=FLAGS.restart_job_on_worker_restart,
+        spot=FLAGS.spot,
+        tensorboard=FLAGS.tensorboard,
+    )
+
+
 def main(argv: list[str]) -> int:
     logging.getLogger().setLevel(logging.INFO)
     try:
-        for name in ("project", "job_dir") + (("staging_dir",) if FLAGS.stage_package
-                                              else ()):
+        for name in ("project", "job_dir") + (("staging_dir",) if FLAGS.stage_package else ()):
             if not FLAGS[name].value:
                 raise jobs.JobError(f"--{name} is required")
         if FLAGS.deploy and not (FLAGS.stream or FLAGS.dry_run):
-            raise jobs.JobError("--deploy needs --stream: the model exists once the job "
-                                "has succeeded")
+            raise jobs.JobError(
+                "--deploy needs --stream: the model exists once the job has succeeded"
+            )
         name = FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
         sdist = staging.build_sdist() if FLAGS.stage_package else None
-        image = FLAGS.image or images.own_image(FLAGS.project, FLAGS.region, "train",
-                                                bool(FLAGS.accelerator_count),
-                                                FLAGS.repository)
-        labels = []
-        for label in FLAGS.labels:
-            key, sep, value = label.partition("=")
-            if not sep:
-                raise jobs.JobError(f"--labels: {label!r} is not key=value")
-            labels.append((key, value))
-        spec = jobs.JobSpec(
-            project=FLAGS.project, region=FLAGS.region, display_name=name,
-            package_uri=(f"{FLAGS.staging_dir.rstrip('/')}/{name}/{os.path.basename(sdist)}"
-                         if sdist else None),
-            job_dir=FLAGS.job_dir, trainer_args=tuple(argv[1:]), image=image,
-            executor_image=FLAGS.executor_image,
-            machine_type=FLAGS.machine_type, accelerator_type=FLAGS.accelerator_type,
-            accelerator_count=FLAGS.accelerator_count, workers=FLAGS.workers,
-            reduction_servers=FLAGS.reduction_servers,
-            reduction_server_machine_type=FLAGS.reduction_server_machine_type,
-            service_account=FLAGS.service_account, labels=tuple(labels),
-            timeout_s=FLAGS.timeout_s,
-            restart_job_on_worker_restart=FLAGS.restart_job_on_worker_restart,
-            spot=FLAGS.spot, tensorboard=FLAGS.tensorboard)
+        spec = spec_from_flags(name, sdist, tuple(argv[1:]))
         checks.check_all(spec)
-        job = (jobs.hptune_job(spec, load_config(FLAGS.hptune_config), FLAGS.hptune_config)
-               if FLAGS.hptune_config else jobs.custom_job(spec))
+        job = (
+            jobs.hptune_job(spec, load_config(FLAGS.hptune_config), FLAGS.hptune_config)
+            if FLAGS.hptune_config
+            else jobs.custom_job(spec)
+        )
         if FLAGS.dry_run:
             print(jobs.to_json(job))
             return 0
-        from google.cloud import aiplatform_v1, storage
+        from google.cloud import aiplatform_v1
+        from google.cloud.storage import Client
+
         job_client = aiplatform_v1.JobServiceClient(
-            client_options={"api_endpoint": f"{FLAGS.region}-aiplatform.googleapis.com"})
-        resource = submit_lib.submit(spec, job, sdist, storage.Client(project=FLAGS.project),
-                                     job_client)
+            client_options={"api_endpoint": f"{FLAGS.region}-aiplatform.googleapis.com"}
+        )
+        resource = submit_lib.submit(spec, job, sdist, Client(project=FLAGS.project), job_client)
     except jobs.JobError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -137,12 +179,18 @@ def main(argv: list[str]) -> int:
 def register(spec: jobs.JobSpec) -> int:
     """--deploy: the finished job's model into the Model Registry."""
     from trainer.base import storage as storage_lib
-    from trainer.vertex import deploy
-    from trainer.vertex import exports
+    from trainer.vertex import deploy, exports
+
     try:
         model, evaluation = deploy.register_job_model(
-            spec.project, spec.region, spec.job_dir, spec.display_name, spec.labels,
-            storage_lib.Storage(), deploy.clients(spec.region)[0])
+            spec.project,
+            spec.region,
+            spec.job_dir,
+            spec.display_name,
+            spec.labels,
+            storage_lib.Storage(),
+            deploy.clients(spec.region)[0],
+        )
     except (jobs.JobError, exports.ExportError, storage_lib.StorageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -152,7 +200,7 @@ def register(spec: jobs.JobSpec) -> int:
 
 def run() -> None:
     """The console command."""
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""The plan stage (trainer/plan/plan.py): everything read and decided before a model is
+built, made without a strategy; bad inputs fail there; a restart reuses its count."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from trainer.base import config as config_lib
+from trainer.base import contracts
+from trainer.data import inputs, records
+from trainer.model import tabular
+from trainer.plan import plan as plan_lib
+
+from conftest import make_config, run_job
+
+
+def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
+    """The tiny binary data: 512 training records in 4 files, validation files given."""
+    config = make_config(
+        fake_gcs, job_uri, train_steps=None, hidden_units=None, eval_every_steps=None
+    )
+    plan = plan_lib.make_plan(config)
+    assert plan.train_records == 512 and plan.counted_to is None
+    assert plan.train_steps == 1000  # 10 epochs at batch 32 is 160: at least 1,000
+    assert plan.hidden_units == (64, 32)  # fewer than 3,000 records
+    assert plan.eval_every_steps == 50  # 20 evaluations over 1,000 steps, loops of 10
+    assert plan.selection_metric == "logLoss" and plan.cache == "memory"
+    assert plan.seed == 7 and plan.head.task == "binary" and len(plan.splits.train_files) == 4
+    # What was asked stays as asked; what was not decided reads through.
+    assert plan.config.train_steps is None and plan.batch_size == 32
+    assert plan.resolved().train_steps == 1000 and plan.resolved().hidden_units == (64, 32)
+    assert [what for what, _ in plan.reasons] == [
+        "train_steps",
+        "hidden_units",
+        "eval_every_steps",
+        "selection_metric",
+        "cache",
+        "seed",
+    ]
+    table = plan.table()
+    assert "512 records" in table and "64,32 (--model=ple_mlp on 512 training records" in table
+    written = plan_lib.json_form(plan.to_json())
+    assert written["decided"]["train_steps"] == 1000
+    assert written["data"]["train_records"] == 512
+
+
+def test_given_flags_are_kept_and_only_what_needs_a_count_counts(fake_gcs, job_uri, monkeypatch):
+    """--train_steps and --hidden_units given: nothing to count, nothing read but the
+    schema's sample."""
+    monkeypatch.setattr(records, "count", lambda *a, **k: pytest.fail("counted"))
+    plan = plan_lib.make_plan(make_config(fake_gcs, job_uri, model="mlp"))
+    assert (plan.train_steps, plan.hidden_units, plan.train_records) == (20, (16, 8), None)
+    assert plan.records_of_stream() is None
+
+
+@pytest.mark.parametrize(
+    "overrides, error, fragment",
+    [
+        (dict(batch_size=33), config_lib.ConfigError, "does not divide evenly across 2 replicas"),
+        (dict(train_data="gs://test-bucket/none-*.tfrecord"), Exception, "none-"),
+    ],
+)
+def test_bad_inputs_fail_in_the_plan(fake_gcs, job_uri, overrides, error, fragment):
+    config = make_config(fake_gcs, job_uri, **overrides)
+    with pytest.raises(error, match=fragment):
+        plan_lib.make_plan(config, replicas=2)
+
+
+def test_empty_training_files_fail_before_a_model_is_built(fake_gcs, store, job_uri, monkeypatch):
+    empty = "gs://test-bucket/empty/part-0.tfrecord"
+    store.write_bytes(empty, b"")
+    schema = f"{job_uri}/schema.json"
+    exported = plan_lib.make_plan(make_config(fake_gcs, job_uri)).schema.to_json()
+    store.write_json(schema, exported)
+    monkeypatch.setattr(tabular, "build", lambda *a: pytest.fail("a model was built"))
+    with pytest.raises(inputs.DataError, match="are empty"):
+        run_job(make_config(fake_gcs, job_uri, train_data=empty, schema=schema))
+
+
+def test_a_restart_reuses_the_count_of_its_plan(fake_gcs, store, job_uri, monkeypatch, caplog):
+    """The job keeps its plan beside the checkpoints; planning it again (a restart) reads
+    the count from there while the files are the same, and counts again when they change."""
+    config = make_config(fake_gcs, job_uri, train_steps=None, model="mlp", hidden_units="8")
+    run_job(config)
+    kept = store.read_json(f"{job_uri}/checkpoints/{contracts.PLAN_FILE}")
+    assert kept["data"]["train_records"] == 512
+    assert store.read_json(f"{job_uri}/model/{contracts.PLAN_FILE}") == kept
+    counted = records.count
+    monkeypatch.setattr(records, "count", lambda *a, **k: pytest.fail("counted again"))
+    with caplog.at_level(logging.INFO):
+        again = plan_lib.make_plan(config)
+    assert again.train_records == 512 and again.train_steps == 1000
+    assert "as counted before this restart" in caplog.text
+    # Other files: counted anew.
+    monkeypatch.setattr(records, "count", counted)
+    fewer = make_config(
+        fake_gcs,
+        job_uri,
+        train_steps=None,
+        model="mlp",
+        hidden_units="8",
+        train_data="gs://test-bucket/binary/train-0000[01]-*",
+    )
+    assert plan_lib.make_plan(fewer).train_records < 512
