@@ -682,7 +682,7 @@ def main(argv):
         if name in FLAGS.sections:
             rows += section()
     if tf.config.list_physical_devices("GPU"):
-        print("GPU found: this benchmark has no GPU section yet (see README, Performance)")
+        print("GPU found: this benchmark has no GPU section yet (see docs/guide/performance.md)")
     print_table(rows)
     storage.write_json(
         FLAGS.output,

@@ -379,7 +379,7 @@ def summary(rows: list[dict]) -> list[str]:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The README's table: per dataset, each flag set's error and ratio beside both
+    """The results table (docs/results): per dataset, each flag set's error and ratio beside both
     boosting libraries', and training times (ours: the job's own, from history.json)."""
     sets = list(dict.fromkeys(r["flags"] for r in rows))
     by = {}

@@ -5,5 +5,5 @@ source "$(dirname "$0")/env.sh"
 ruff check .
 ruff format --check .
 mypy
-mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 echo "check.sh: ruff, ruff format, mypy and mkdocs --strict are clean"

@@ -267,8 +267,8 @@ def test_sorted_files_mix_like_a_full_shuffle(store, cache, window, worst):
     shuffled = np.mean([batch_mix_error(rng.permutation(labels), 50) for _ in range(20)])
     error = batch_mix_error(labels, 50)
     if worst is None:
-        # What README says of streamed sorted files: a window holds the same stretch of
-        # each file, so batches stay close to all-0 or all-1.
+        # What docs/guide/performance.md says of streamed sorted files: a window holds
+        # the same stretch of each file, so batches stay close to all-0 or all-1.
         assert error > 5 * shuffled, (error, shuffled)
     else:
         assert error <= worst * shuffled, (error, shuffled)

@@ -104,7 +104,7 @@ def test_csv_round_trip_covers_every_type_and_missing_value(tmp_path):
         tmp_path, input=path, label="y", split=splits.Split("random", (1.0, 0.0, 0.0))
     )
     got = by_id(all_examples(out))
-    # Expected, computed from the rows by hand-written rules (README, "Your data").
+    # Expected, computed from the rows by hand-written rules (docs/guide/data.md).
     day = datetime.date(1970, 1, 1)
     epoch = datetime.datetime(1970, 1, 1)
     assert got[1] == {
@@ -492,7 +492,7 @@ def test_failure_in_a_later_file_leaves_no_output(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a1.csv", "a2.csv"]
 
 
-# --- Prepared data trains: the README's commands --------------------------------------
+# --- Prepared data trains: the commands of docs/guide/data.md -----------------------------
 
 
 def train(out: str, job: str, task: str, label: str) -> str:

@@ -3,7 +3,7 @@
 `trainer-submit` stages the sdist of the code being submitted and names it in
 $TRAINER_PACKAGE_URI; the image carries TensorFlow, the package's dependencies and a copy
 of the package, which runs as it is when nothing is staged. So a code change costs an
-upload and seconds of `pip install` at start, not an image build (README, "Containers").
+upload and seconds of `pip install` at start, not an image build (docs/guide/containers.md).
 Dependencies come from the image: a new one needs an image rebuild.
 """
 

@@ -49,7 +49,7 @@ flags.DEFINE_integer(
     server_lib.MAX_BODY_BYTES,
     "Larger bodies get 413 (Vertex's own limit on shared public endpoints is 1.5 MB).",
 )
-# Defaults chosen by benchmarks/serving.py on 2 cores (README, "Serve locally"): one
+# Defaults chosen by benchmarks/serving.py on 2 cores (docs/guide/serving.md): one
 # process per core with one TensorFlow thread each answered 1.9x the requests/s of one
 # process (1-instance bodies, 8 clients) and cut p99 at 64 clients from 914 to 113 ms.
 flags.DEFINE_integer(

@@ -8,7 +8,7 @@ flights' distance: 194 values seen 51 times each), the label can: on the schema 
 the mean label of each value is compared, out of fold, with a piecewise-linear fit on
 the 16 quantile bins, the two encodings `model.RobustPLE` chooses between.
 
-Measured on 26 tables (benchmarks/real_data.py, README "Defaults on real data"):
+Measured on 26 tables (benchmarks/real_data.py, docs/decisions.md):
 flights 1.022 of HGB's error against 1.123 when every such feature kept its values,
 VietNamI 1.025 against 1.112 with quantile bins only. Folds, prior and ridge were set
 once, not tuned.

@@ -1,5 +1,5 @@
-"""Arrow columns to feature columns: the typing rules of `trainer.prepare` (README, "Your
-data").
+"""Arrow columns to feature columns: the typing rules of `trainer.prepare`
+(docs/guide/data.md).
 
 Every column becomes one of the three `tf.train.Feature` lists; a null cell, a NaN or an
 infinite float becomes an absent feature (never NaN, never 0); list columns become

@@ -1,7 +1,7 @@
 """Training: the strategy (distribution), the per-replica step and the compiled inner
 loops (loops, collectives), the outer loop (controller) and its actions (actions:
 progress, summaries, validation and selection, checkpoints, preemption, history), and
-one job from plan to export (job).
+one job from plan to model_dir (job, model_dir; hypertune reports to Vertex tuning).
 
 Imports: every subpackage but vertex.
 """

@@ -221,7 +221,7 @@ def batch_prediction_job(spec: DeploySpec, model_name: str) -> v1.BatchPredictio
 
 
 def dry_run(spec: DeploySpec, export: exports.Export) -> dict:
-    """Every request the deployment would send, in REST JSON shape, keyed as the README
+    """Every request the deployment would send, in REST JSON shape, keyed as docs/guide/vertex.md
     says: model, modelEvaluation, and deployedModel / batchPredictionJob when asked."""
     model_name = UPLOADED_MODEL.format(project=spec.project, region=spec.region)
     out = {"model": _json(model(spec)), "modelEvaluation": _json(evaluation(export))}
