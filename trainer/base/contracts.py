@@ -69,6 +69,22 @@ def minimized(metric: str) -> bool:
 EVALUATION_SCHEMAS = "gs://google-cloud-aiplatform/schema/modelevaluation/"
 CLASSIFICATION_SCHEMA = EVALUATION_SCHEMAS + "classification_metrics_1.0.0.yaml"
 REGRESSION_SCHEMA = EVALUATION_SCHEMAS + "regression_metrics_1.0.0.yaml"
+# The summary metrics those schemas hold (evaluation.json's `metrics`, the Model
+# Registry's evaluation), and the package's older short names for some of them.
+SCHEMA_METRICS = {
+    "classification": ("auRoc", "auPrc", "logLoss"),
+    "regression": (
+        "meanAbsoluteError",
+        "rootMeanSquaredError",
+        "rSquared",
+        "meanAbsolutePercentageError",
+        "rootMeanSquaredLogError",
+    ),
+}
+SHORT_NAMES = {
+    "classification": {"loss": "logLoss"},
+    "regression": {"mae": "meanAbsoluteError", "rmse": "rootMeanSquaredError"},
+}
 
 # The serving image's contract with Vertex (its Model's containerSpec): the defaults of
 # AIP_HTTP_PORT, AIP_HEALTH_ROUTE and AIP_PREDICT_ROUTE.

@@ -19,13 +19,6 @@ from trainer.evaluate import metrics as metrics_lib
 from trainer.model import heads
 
 THRESHOLDS = np.round(np.arange(101) / 100, 2)
-_REGRESSION_KEYS = (
-    "rootMeanSquaredError",
-    "meanAbsoluteError",
-    "meanAbsolutePercentageError",
-    "rSquared",
-    "rootMeanSquaredLogError",
-)
 
 
 def evaluate(head: heads.Head, schema: schema_lib.Schema, sums: dict, data: str) -> dict:
@@ -35,7 +28,9 @@ def evaluate(head: heads.Head, schema: schema_lib.Schema, sums: dict, data: str)
         return {
             "metricsSchemaUri": contracts.REGRESSION_SCHEMA,
             "data": data,
-            "metrics": {k: summary[k] for k in _REGRESSION_KEYS if k in summary},
+            "metrics": {
+                k: summary[k] for k in contracts.SCHEMA_METRICS["regression"] if k in summary
+            },
         }
     sums = {k: np.asarray(v, np.float64) for k, v in sums.items()}
     classes = [str(c) for c in schema.label.classes]
@@ -47,7 +42,7 @@ def evaluate(head: heads.Head, schema: schema_lib.Schema, sums: dict, data: str)
         "metricsSchemaUri": contracts.CLASSIFICATION_SCHEMA,
         "data": data,
         "metrics": {
-            **{m: summary[m] for m in ("auPrc", "auRoc", "logLoss") if m in summary},
+            **{m: summary[m] for m in contracts.SCHEMA_METRICS["classification"] if m in summary},
             "confidenceMetrics": confidence_metrics(positives.sum(0), negatives.sum(0), top),
             "confusionMatrix": confusion_matrix(sums["confusion"], classes),
         },

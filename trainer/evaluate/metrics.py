@@ -15,14 +15,11 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from trainer.base import contracts
 from trainer.model import heads
 
 # Probability bins of the AUC histograms: AUCs are exact but for predictions that fall
 # in the same 1/1000 of [0, 1], which count as ties (half credit).
 BINS = 1000
-# What each task reports: the contract's names, and the number of examples.
-REPORTED = {task: ("examples", *names) for task, names in contracts.TASK_METRICS.items()}
 
 
 def zero_sums(head: heads.Head) -> dict[str, tf.Tensor]:

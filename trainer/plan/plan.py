@@ -106,25 +106,16 @@ class Plan:
 
     def table(self) -> str:
         """The plan as a few aligned lines, for the log."""
+        counted = ""
+        if self.train_records is not None:  # counted up to a limit: "at least"
+            more = "+" if self.counted_to and self.train_records >= self.counted_to else ""
+            counted = f", {self.train_records:,}{more} records"
+        size = storage_lib.human_bytes(self.train_bytes)
+        label = f"label {self.schema.label.name!r} ({self.head.task})"
         rows = [
-            (
-                "data",
-                f"{len(self.splits.train_files)} training file(s), "
-                f"{storage_lib.human_bytes(self.train_bytes)}"
-                + (
-                    f", {self.train_records:,}"
-                    f"{'+' if self.counted_to and self.train_records >= self.counted_to else ''}"
-                    " records"
-                    if self.train_records is not None
-                    else ""
-                ),
-            ),
+            ("data", f"{len(self.splits.train_files)} training file(s), {size}{counted}"),
             ("validation", self.splits.validation_name),
-            (
-                "schema",
-                f"{len(self.schema.features)} features, label "
-                f"{self.schema.label.name!r} ({self.head.task})",
-            ),
+            ("schema", f"{len(self.schema.features)} features, {label}"),
             *self.reasons,
         ]
         width = max(len(what) for what, _ in rows)

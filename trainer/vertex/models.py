@@ -21,21 +21,6 @@ EVALUATION_SCHEMA = {
     "classification": contracts.CLASSIFICATION_SCHEMA,
     "regression": contracts.REGRESSION_SCHEMA,
 }
-# The metrics of those schemas, and the trainer's older short names for some of them.
-VERTEX_METRICS = {
-    "classification": ("auRoc", "auPrc", "logLoss"),
-    "regression": (
-        "meanAbsoluteError",
-        "rootMeanSquaredError",
-        "rSquared",
-        "meanAbsolutePercentageError",
-        "rootMeanSquaredLogError",
-    ),
-}
-SHORT_NAMES = {
-    "classification": {"loss": "logLoss"},
-    "regression": {"mae": "meanAbsoluteError", "rmse": "rootMeanSquaredError"},
-}
 # Where a request is not yet known to a dry run: the model the upload will create.
 UPLOADED_MODEL = "projects/{project}/locations/{region}/models/UPLOADED_MODEL_ID"
 
@@ -159,9 +144,9 @@ def evaluation(export: exports.Export) -> v1.ModelEvaluation:
     kind = "regression" if export.task == "regression" else "classification"
     metrics = {}
     for name, value in export.metrics.items():
-        vertex_name = SHORT_NAMES[kind].get(name, name)
+        vertex_name = contracts.SHORT_NAMES[kind].get(name, name)
         if (
-            vertex_name in VERTEX_METRICS[kind]
+            vertex_name in contracts.SCHEMA_METRICS[kind]
             and isinstance(value, (int, float))
             and math.isfinite(value)
         ):
