@@ -601,3 +601,9 @@ def test_container_build_pushes_the_images_submit_and_deploy_name():
     with open(os.path.join(REPO, "containers", "Dockerfile")) as f:
         dockerfile = f.read()
     assert "AS train" in dockerfile and "FROM train AS serve" in dockerfile
+
+
+def test_labels_are_key_value_pairs_and_a_bad_one_is_named():
+    assert jobs.parse_labels(["team=ml", "run=a=b"]) == (("team", "ml"), ("run", "a=b"))
+    with pytest.raises(jobs.JobError, match="--labels: 'oops' is not key=value"):
+        jobs.parse_labels(["team=ml", "oops"])

@@ -59,16 +59,6 @@ flags.DEFINE_string(
 flags.DEFINE_bool("dry_run", False, "Print the requests as JSON; upload and create nothing.")
 
 
-def parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
-    labels = []
-    for label in values:
-        key, sep, value = label.partition("=")
-        if not sep:
-            raise jobs.JobError(f"--labels: {label!r} is not key=value")
-        labels.append((key, value))
-    return tuple(labels)
-
-
 def spec_from_flags() -> models.DeploySpec:
     model_dir = (FLAGS.model_dir or "").rstrip("/")
     return models.DeploySpec(
@@ -82,7 +72,7 @@ def spec_from_flags() -> models.DeploySpec:
             FLAGS.project, FLAGS.region, bool(FLAGS.accelerator_type), FLAGS.repository
         ),
         parent_model=FLAGS.parent_model,
-        labels=parse_labels(FLAGS.labels),
+        labels=jobs.parse_labels(FLAGS.labels),
         endpoint=FLAGS.endpoint,
         machine_type=FLAGS.machine_type,
         min_replicas=FLAGS.min_replicas,

@@ -68,6 +68,21 @@ class JobSpec:
         return f"projects/{self.project}/locations/{self.region}"
 
 
+def parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """--labels key=value,... as (key, value) pairs.
+
+    Raises:
+      JobError: naming a label without '='.
+    """
+    labels = []
+    for label in values:
+        key, sep, value = label.partition("=")
+        if not sep:
+            raise JobError(f"--labels: {label!r} is not key=value")
+        labels.append((key, value))
+    return tuple(labels)
+
+
 def machine_spec(spec) -> v1.MachineSpec:
     """The machine of a JobSpec (or of anything with machine_type, accelerator_type and
     accelerator_count)."""

@@ -98,12 +98,6 @@ def load_config(path: str) -> dict:
 
 def spec_from_flags(name: str, sdist: str | None, trainer_args: tuple) -> jobs.JobSpec:
     """The job the flags describe, named `name`, installing `sdist` if given."""
-    labels = []
-    for label in FLAGS.labels:
-        key, sep, value = label.partition("=")
-        if not sep:
-            raise jobs.JobError(f"--labels: {label!r} is not key=value")
-        labels.append((key, value))
     image = FLAGS.image or images.own_image(
         FLAGS.project, FLAGS.region, "train", bool(FLAGS.accelerator_count), FLAGS.repository
     )
@@ -126,7 +120,7 @@ def spec_from_flags(name: str, sdist: str | None, trainer_args: tuple) -> jobs.J
         reduction_servers=FLAGS.reduction_servers,
         reduction_server_machine_type=FLAGS.reduction_server_machine_type,
         service_account=FLAGS.service_account,
-        labels=tuple(labels),
+        labels=jobs.parse_labels(FLAGS.labels),
         timeout_s=FLAGS.timeout_s,
         restart_job_on_worker_restart=FLAGS.restart_job_on_worker_restart,
         spot=FLAGS.spot,
