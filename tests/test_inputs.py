@@ -206,6 +206,18 @@ def test_resumed_stream_continues_exactly_where_it_stopped(store, cache, shard_b
             assert [rows(b) for b in resumed.take(6)] == expected
 
 
+def test_a_resumed_stream_given_the_plan_count_reads_no_count(store, monkeypatch):
+    """The plan's count of every file (`records`) stands in for the stream's own count:
+    the same records follow, and nothing is counted."""
+    files, schema = infer(store, data_globs("binary")[0], "binary")  # 512 records
+    paths = [store.path(f) for f in files]
+    common = dict(batch_size=4, training=True, seed=4, cache="stream", shuffle_buffer=100)
+    expected = [rows(b) for b in inputs.make_dataset(paths, schema, **common).skip(300).take(6)]
+    monkeypatch.setattr(records, "count", lambda *a, **k: pytest.fail("counted"))
+    resumed = inputs.make_dataset(paths, schema, start_step=300, records=512, **common)
+    assert [rows(b) for b in resumed.take(6)] == expected
+
+
 def write_sorted_files(store, prefix: str, files: int, per_file: int) -> list[str]:
     """Files that are each sorted by label (all 0s, then all 1s), as database exports
     often are; `x` numbers the records."""
