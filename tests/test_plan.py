@@ -9,6 +9,7 @@ import pytest
 
 from trainer.base import config as config_lib
 from trainer.base import contracts
+from trainer.base import storage as storage_lib
 from trainer.data import inputs, records
 from trainer.model import tabular
 from trainer.plan import plan as plan_lib
@@ -59,7 +60,11 @@ def test_given_flags_are_kept_and_only_what_needs_a_count_counts(fake_gcs, job_u
     "overrides, error, fragment",
     [
         (dict(batch_size=33), config_lib.ConfigError, "does not divide evenly across 2 replicas"),
-        (dict(train_data="gs://test-bucket/none-*.tfrecord"), Exception, "none-"),
+        (
+            dict(train_data="gs://test-bucket/none-*.tfrecord"),
+            storage_lib.StorageError,
+            "no file matches 'gs://test-bucket/none-\\*.tfrecord'",
+        ),
     ],
 )
 def test_bad_inputs_fail_in_the_plan(fake_gcs, job_uri, overrides, error, fragment):

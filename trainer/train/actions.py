@@ -3,7 +3,8 @@
 After every inner loop the controller (trainer.train.controller) runs, in order, each
 action whose `when` falls on the step reached; the inner loops are cut so that each
 periodic action's step is reached exactly. An action reads and writes only what it was
-given and the `LoopEnd` it is handed (an action may ask training to stop).
+given and the `LoopEnd` it is handed (an action may ask training to stop). Validation
+and selection, the largest action, is `trainer.train.validation.Validation`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import tensorflow as tf
 from trainer.train import checkpoints as checkpoints_lib
 from trainer.train import history as history_lib
 from trainer.train import loops as loops_lib
-from trainer.train import preemption, validation
+from trainer.train import preemption
 from trainer.train import progress as progress_lib
 
 
@@ -120,19 +121,6 @@ class Summaries(Action):
 
     def finish(self, step: int) -> None:
         self.writer.flush()
-
-
-class Validate(Action):
-    """Evaluation on validation data, selection, early stopping (validation.Validation),
-    every --eval_every_steps and at the last step."""
-
-    def __init__(self, validating: validation.Validation, every: int, last: int):
-        self.validating = validating
-        self.when = Every(every, last)
-
-    def __call__(self, end: LoopEnd) -> None:
-        if self.validating(end.step):
-            end.stop = True  # early: `patience` evaluations without a better model
 
 
 class Checkpoint(Action):

@@ -35,7 +35,6 @@ from trainer.train import loops as loops_lib
 from trainer.train import progress as progress_lib
 from trainer.train import selection as selection_lib
 
-TrainingError = actions_lib.TrainingError
 # Errors caused by the user's data, flags or environment: reported as one line, exit 2.
 USER_ERRORS = (
     config_lib.ConfigError,
@@ -45,7 +44,7 @@ USER_ERRORS = (
     distribution.ClusterError,
     checkpoints_lib.CheckpointError,
     model_lib.ModelFnError,
-    TrainingError,
+    actions_lib.TrainingError,
 )
 
 
@@ -234,11 +233,16 @@ class _Job:
             actions_lib.Summaries(self._writer),
         ]
         if self.selection:
-            validating = validation.Validation(
-                validate, self.loops, self.selection, self.history, self._writer
-            )
             actions.append(
-                actions_lib.Validate(validating, plan.eval_every_steps, plan.train_steps)
+                validation.Validation(
+                    validate,
+                    self.loops,
+                    self.selection,
+                    self.history,
+                    self._writer,
+                    plan.eval_every_steps,
+                    plan.train_steps,
+                )
             )
         return [*actions, checkpoint]
 

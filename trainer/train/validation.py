@@ -15,6 +15,7 @@ from trainer.data import inputs
 from trainer.data import splits as splits_lib
 from trainer.evaluate import metrics as metrics_lib
 from trainer.plan import plan as plan_lib
+from trainer.train import actions
 from trainer.train import history as history_lib
 from trainer.train import loops as loops_lib
 from trainer.train import selection as selection_lib
@@ -56,8 +57,10 @@ def evaluator(
     return evaluate
 
 
-class Validation:
-    """What the outer loop's validation action (actions.Validate) does when due."""
+class Validation(actions.Action):
+    """The outer loop's validation action: every `every` steps and at step `last`,
+    evaluates the model, logs and records it, offers it for selection, and stops training
+    after `patience` evaluations without a better model."""
 
     def __init__(
         self,
@@ -66,13 +69,15 @@ class Validation:
         selection: selection_lib.Selection,
         history: history_lib.History,
         writer: tf.summary.SummaryWriter,
+        every: int,
+        last: int,
     ):
         self.evaluate, self.loops, self.selection = evaluate, loops, selection
         self.history, self.writer = history, writer
+        self.when = actions.Every(every, last)
 
-    def __call__(self, step: int) -> bool:
-        """Evaluates the model at `step`, logs and records it, offers it for selection;
-        returns whether training should stop early."""
+    def __call__(self, end: actions.LoopEnd) -> None:
+        step = end.step
         sums = self.evaluate()
         assert sums is not None  # validation data exists, or no Validation is made
         metrics = metrics_lib.finish(self.loops.head, sums)
@@ -95,7 +100,7 @@ class Validation:
                 selection.best_value,
                 selection.selected_step,
             )
-        return selection.stopped
+            end.stop = True
 
 
 def final(
