@@ -12,6 +12,7 @@ from trainer.base import contracts
 from trainer.base import storage as storage_lib
 from trainer.data import inputs, records
 from trainer.model import tabular
+from trainer.plan import defaults
 from trainer.plan import plan as plan_lib
 
 from conftest import make_config, run_job
@@ -32,9 +33,12 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     # What was asked stays as asked; what was not decided reads through.
     assert plan.config.train_steps is None and plan.batch_size == 32
     assert plan.resolved().train_steps == 1000 and plan.resolved().hidden_units == (64, 32)
+    assert plan.ensemble_size == defaults.ENSEMBLE_SIZE["ple_mlp"]
+    assert plan.resolved().ensemble_size == plan.ensemble_size
     assert [what for what, _ in plan.reasons] == [
         "train_steps",
         "hidden_units",
+        "ensemble_size",
         "eval_every_steps",
         "selection_metric",
         "cache",
@@ -44,6 +48,7 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     assert "512 records" in table and "64,32 (--model=ple_mlp on 512 training records" in table
     written = plan_lib.json_form(plan.to_json())
     assert written["decided"]["train_steps"] == 1000
+    assert written["decided"]["ensemble_size"] == plan.ensemble_size
     assert written["data"]["train_records"] == 512
 
 

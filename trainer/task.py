@@ -137,6 +137,23 @@ flags.DEFINE_string(
     f"{_units(config_lib.HIDDEN_UNITS['mlp'])}).",
 )
 flags.DEFINE_integer(
+    "ensemble_size",
+    D["ensemble_size"],
+    "Members of the built-in model's ensemble: k MLPs sharing their weights, trained "
+    "together, predicting the mean of their probabilities (TabM); 1: one MLP. Unset: "
+    + ", ".join(f"{k} for {m}" for m, k in defaults.ENSEMBLE_SIZE.items())
+    + ".",
+)
+flags.DEFINE_enum(
+    "trees",
+    D["trees"],
+    list(config_lib.TREES),
+    "Boosted trees (LightGBM, fitted after the neural model and exported as TensorFlow "
+    "ops in the same SavedModel) blended with the built-in model, weighed on the "
+    "validation data; auto: whenever there is validation data; off: the neural model "
+    "alone.",
+)
+flags.DEFINE_integer(
     "steps_per_loop", D["steps_per_loop"], "Steps per compiled inner loop (one log line)."
 )
 flags.DEFINE_integer(

@@ -30,6 +30,9 @@ SHARD_POLICIES = ("auto", "file", "record")
 # Where training records come from (trainer.plan.defaults.cache); here, so that flags
 # are checked before TensorFlow is imported.
 CACHE_POLICIES = ("auto", "memory", "off")
+# The boosted-trees member blended with the built-in models (trainer.train.forest):
+# auto: when there is validation data to blend on (trainer.plan.defaults.trees).
+TREES = ("auto", "off")
 
 
 class ConfigError(ValueError):
@@ -55,6 +58,8 @@ class Config:
     learning_rate: float = 1e-3
     model: str = "ple_mlp"
     hidden_units: tuple[int, ...] | None = None  # None: the --model's own
+    ensemble_size: int | None = None  # None: decided (trainer.plan.defaults)
+    trees: str = "auto"
     steps_per_loop: int = 100
     eval_every_steps: int | None = None  # None: decided (trainer.plan.defaults)
     eval_steps: int = 0
@@ -205,6 +210,7 @@ def validate(config: Config) -> None:
     _one_of("strategy", config.strategy, STRATEGIES)
     _one_of("shard_by", config.shard_by, SHARD_POLICIES)
     _one_of("cache", config.cache, CACHE_POLICIES)
+    _one_of("trees", config.trees, TREES)
     for name in (
         "batch_size",
         "steps_per_loop",
@@ -215,6 +221,14 @@ def validate(config: Config) -> None:
         _at_least(name, getattr(config, name), 1)
     if config.train_steps is not None:
         _at_least("train_steps", config.train_steps, 1)
+    if config.ensemble_size is not None:
+        _at_least("ensemble_size", config.ensemble_size, 1)
+        if config.model_fn and config.ensemble_size > 1:
+            raise ConfigError(
+                f"--ensemble_size={config.ensemble_size} is for the built-in models; "
+                f"--model_fn={config.model_fn!r} builds its own (return (batch, k, outputs) "
+                "logits for an ensemble)"
+            )
     for name in ("eval_steps", "checkpoint_every_steps", "early_stopping_patience"):
         _at_least(name, getattr(config, name), 0)
     if config.eval_every_steps is not None:

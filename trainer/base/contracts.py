@@ -19,6 +19,9 @@ HISTORY_FILE = "history.json"  # loss and validation curves (also in checkpoint_
 IMPORTANCE_FILE = "feature_importance.json"
 PROFILE_FILE = "profile.json"
 REPORT_FILE = "report.html"
+# The boosted-trees member in LightGBM's text format (also in checkpoint_dir, where a
+# restarted job finds it); the SavedModel holds the same trees as TensorFlow ops.
+TREES_FILE = "trees.txt"
 # trainer.prepare's output folder: its record counts and column kinds.
 PREPARE_FILE = "prepare.json"
 

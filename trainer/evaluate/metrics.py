@@ -34,7 +34,8 @@ def batch_sums(
     """Sums over one batch; add them up over batches and replicas, then `finish`.
 
     Every sum counts a record `weights` times (1 by default): a weight of 2 counts as
-    the record twice, in every metric."""
+    the record twice, in every metric. An ensemble's logits count as their combination."""
+    logits = head.combine(logits)
     w = tf.ones_like(logits[:, 0]) if weights is None else tf.cast(weights, tf.float32)
     sums = {
         "loss": tf.reduce_sum(w * head.loss(labels, logits)),

@@ -18,6 +18,7 @@ import keras
 
 from trainer.base import config as config_lib
 from trainer.data import schema as schema_lib
+from trainer.model import ensemble
 
 ModelFn = Callable[..., keras.Model]
 
@@ -130,10 +131,33 @@ class RobustPLE(keras.layers.Layer):
         return {**super().get_config(), "quantiles": self.quantiles, "values": self.values}
 
 
+def lookup_layer(f: schema_lib.Feature) -> keras.layers.Layer:
+    """A categorical feature's values -> slots: 0 for a value not in the vocabulary, 1 for
+    the missing value (the feature's default), then the vocabulary's values in order."""
+    vocabulary = [f.default_value()] + [v for v in f.vocabulary if v != f.default_value()]
+    name = f"{layer_name(f.name)}_lookup"
+    if f.dtype == "string":
+        return keras.layers.StringLookup(vocabulary=vocabulary, name=name)
+    # The OOV token must not be a vocabulary entry (Keras' default, -1, is our missing
+    # value), or lookups silently shift.
+    return keras.layers.IntegerLookup(
+        vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=name
+    )
+
+
 def preprocess(
     inputs: dict, schema: schema_lib.Schema, numeric: str = "standard"
 ) -> keras.KerasTensor:
-    """Turns raw features into one float vector per example.
+    """Turns raw features into one float vector per example (`encode`'s parts, one after
+    the other)."""
+    parts = encode(inputs, schema, numeric)
+    return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+
+
+def encode(
+    inputs: dict, schema: schema_lib.Schema, numeric: str = "standard"
+) -> list[keras.KerasTensor]:
+    """Turns raw features into float vectors, one [batch, width] per feature.
 
     Numeric features are standardised with the schema's mean and std (`numeric` =
     'standard'), or, with 'ple' and the schema's quantiles, encoded by `RobustPLE`; categorical ones
@@ -158,17 +182,8 @@ def preprocess(
             )(keras.ops.cast(x, "float32"))
             parts.append(x)
             continue
-        vocabulary = [f.default_value()] + [v for v in f.vocabulary if v != f.default_value()]
-        if f.dtype == "string":
-            lookup = keras.layers.StringLookup(vocabulary=vocabulary, name=f"{name}_lookup")
-        else:
-            # The OOV token must not be a vocabulary entry (Keras' default, -1, is our
-            # missing value), or lookups silently shift.
-            lookup = keras.layers.IntegerLookup(
-                vocabulary=vocabulary, oov_token=min(vocabulary) - 1, name=f"{name}_lookup"
-            )
-        ids = lookup(x)
-        slots = len(vocabulary) + 1
+        ids = lookup_layer(f)(x)
+        slots = len(f.vocabulary) + 2 - (f.default_value() in f.vocabulary)
         if slots <= ONE_HOT_MAX:
             encoded = keras.layers.CategoryEncoding(
                 num_tokens=slots,
@@ -185,17 +200,26 @@ def preprocess(
                 else keras.layers.Flatten(name=f"{name}_flat")(embedded)
             )
         parts.append(encoded)
-    return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+    return parts
 
 
 def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:
     """The built-in builders: preprocessing, then ReLU layers (`config.hidden_units`,
     else HIDDEN_UNITS of `config.model`). 'mlp' standardises numbers; 'ple_mlp' encodes
-    them with `RobustPLE` and is wider."""
+    them with `RobustPLE` and is wider. With `config.ensemble_size` k > 1, the layers
+    hold k members sharing their weights (trainer.model.ensemble) and the model returns
+    [batch, k, num_outputs] logits."""
     inputs = feature_inputs(schema)
-    x = preprocess(inputs, schema, numeric="ple" if config.model == "ple_mlp" else "standard")
-    for i, units in enumerate(config.hidden_units or config_lib.HIDDEN_UNITS[config.model]):
-        x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
+    parts = encode(inputs, schema, numeric="ple" if config.model == "ple_mlp" else "standard")
+    x = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+    units = config.hidden_units or config_lib.HIDDEN_UNITS[config.model]
+    k = getattr(config, "ensemble_size", None) or 1
+    if k > 1:
+        chunks = tuple(int(p.shape[-1]) for p in parts)
+        logits = ensemble.members_body(x, chunks, units, k, num_outputs, config.seed or 0)
+        return keras.Model(inputs=inputs, outputs=logits, name="tabular")
+    for i, width in enumerate(units):
+        x = keras.layers.Dense(width, activation="relu", name=f"hidden_{i}")(x)
     logits = keras.layers.Dense(num_outputs, name="logits")(x)
     return keras.Model(inputs=inputs, outputs=logits, name="tabular")
 
@@ -221,11 +245,13 @@ def load_model_fn(spec: str | None) -> ModelFn:
 
 
 def check_outputs(model: keras.Model, num_outputs: int, source: str) -> None:
-    """Fails early, with the builder's name, when a model's outputs have the wrong shape."""
+    """Fails early, with the builder's name, when a model's outputs have the wrong shape:
+    (batch, num_outputs) logits, or (batch, k, num_outputs) for an ensemble of k."""
     shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else None
-    if shape is None or len(shape) != 2 or shape[-1] != num_outputs:
+    if shape is None or len(shape) not in (2, 3) or shape[-1] != num_outputs:
         raise ModelFnError(
-            f"model from {source} returns shape {shape}; expected (batch, {num_outputs}) logits"
+            f"model from {source} returns shape {shape}; expected (batch, {num_outputs}) "
+            f"logits, or (batch, k, {num_outputs}) for an ensemble of k members"
         )
 
 

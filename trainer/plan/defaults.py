@@ -8,6 +8,8 @@ the flags' help texts quote these constants before TensorFlow starts.
 
 from __future__ import annotations
 
+import importlib.util
+
 from trainer.base import config as config_lib
 from trainer.base import contracts
 from trainer.base import storage as storage_lib
@@ -37,6 +39,32 @@ MEMORY_BUDGET_BYTES = 2 * 1024**3
 # (2,370) and digits (1,294) preferred it: the threshold lies between (docs/decisions.md).
 SMALL_DATA_HIDDEN_UNITS = {"ple_mlp": (64, 32)}
 SMALL_DATA_RECORDS = 3_000
+
+
+# Members of the built-in models' ensemble (trainer.model.ensemble) when --ensemble_size
+# is unset; 1 is a plain MLP.
+ENSEMBLE_SIZE = {"ple_mlp": 8, "mlp": 1}
+
+
+def ensemble_size(model: str, n: int | None) -> tuple[int, str]:
+    """Members of the built-in `model`'s ensemble without --ensemble_size, and why."""
+    k = ENSEMBLE_SIZE[model]
+    if k == 1:
+        return 1, f"--model={model} is one MLP"
+    return k, f"--model={model}: {k} members sharing their weights (TabM)"
+
+
+def trees(policy: str, model_fn: str | None, validation: bool) -> tuple[bool, str]:
+    """Whether boosted trees join the built-in model (trainer.train.forest), and why."""
+    if policy == "off":
+        return False, "--trees=off"
+    if model_fn:
+        return False, "--model_fn builds its own model"
+    if not validation:
+        return False, "no validation data to weigh the blend on (--holdout_fraction=0)"
+    if importlib.util.find_spec("lightgbm") is None:
+        return False, "LightGBM is not installed (pip install lightgbm)"
+    return True, "auto: LightGBM's trees blended with the neural model, weighed on validation"
 
 
 def train_steps(n: int, batch_size: int) -> tuple[int, str]:

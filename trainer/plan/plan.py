@@ -50,6 +50,8 @@ class Plan:
     cache: str  # 'memory' or 'stream'
     train_steps: int
     hidden_units: tuple[int, ...] | None  # None: the --model_fn's own
+    ensemble_size: int | None  # members of a built-in model; None: the --model_fn's own
+    trees: bool  # boosted trees blended in at the end (trainer.train.forest)
     eval_every_steps: int
     selection_metric: str
     reasons: tuple[tuple[str, str], ...]  # (what, why) of each decision, in order
@@ -70,6 +72,7 @@ class Plan:
             self.config,
             train_steps=self.train_steps,
             hidden_units=self.hidden_units,
+            ensemble_size=self.ensemble_size,
             eval_every_steps=self.eval_every_steps,
             selection_metric=self.selection_metric,
         )
@@ -84,6 +87,8 @@ class Plan:
             "decided": {
                 "train_steps": self.train_steps,
                 "hidden_units": list(self.hidden_units or ()) or None,
+                "ensemble_size": self.ensemble_size,
+                "trees": self.trees,
                 "eval_every_steps": self.eval_every_steps,
                 "selection_metric": self.selection_metric,
                 "cache": self.cache,
@@ -198,6 +203,15 @@ def _decide(
         units, why = defaults.hidden_units(config.model, n)
         decided["hidden_units"] = units
         reasons.append(("hidden_units", f"{','.join(map(str, units))} ({why})"))
+    decided["ensemble_size"] = config.ensemble_size
+    if not config.model_fn and config.ensemble_size is None:
+        k, why = defaults.ensemble_size(config.model, n)
+        decided["ensemble_size"] = k
+        reasons.append(("ensemble_size", f"{k} ({why})"))
+    decided["trees"], why = defaults.trees(
+        config.trees, config.model_fn, bool(splits.validation_files)
+    )
+    reasons.append(("trees", f"{'yes' if decided['trees'] else 'no'} ({why})"))
     if config.eval_every_steps is None:
         every, why = defaults.eval_every(decided["train_steps"], config.steps_per_loop)
         decided["eval_every_steps"] = every

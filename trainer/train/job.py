@@ -29,7 +29,7 @@ from trainer.model import tabular as model_lib
 from trainer.plan import plan as plan_lib
 from trainer.train import actions as actions_lib
 from trainer.train import checkpoints as checkpoints_lib
-from trainer.train import controller, distribution, model_dir, preemption, validation
+from trainer.train import controller, distribution, forest, model_dir, preemption, validation
 from trainer.train import history as history_lib
 from trainer.train import loops as loops_lib
 from trainer.train import progress as progress_lib
@@ -249,10 +249,23 @@ class _Job:
     def _finish(self, step: int, loss: float, validate: validation.Evaluate) -> Result:
         """Puts the selected model in place, evaluates it and exports it."""
         plan = self.plan
+        selected = self.selection.restore_best() if self.selection else None
+        blended = None
+        if plan.trees:  # from here on, the job's model is the blend
+            blended = forest.blend(plan, self.loops.model, self.strategy, self.is_chief)
+            self.loops = self.loops.with_model(blended.model)
+            validate = self._evaluator(plan.splits.validation_files, plan.splits.validation_part)
         summary, sums, data = validation.final(
-            self.loops, plan, self.selection, validate, self._evaluator(plan.splits.test_files)
+            self.loops,
+            plan,
+            self.selection,
+            selected,
+            validate,
+            self._evaluator(plan.splits.test_files),
         )
-        files = {}
+        if blended:
+            summary["blend"] = blended.info
+        files: dict[str, dict | str] = {}
         if sums is not None:
             assert data is not None  # the name of the data summed
             files[contracts.EVALUATION_FILE] = evaluation.evaluate(
@@ -267,6 +280,8 @@ class _Job:
             "step": step,
         }
         files[contracts.HISTORY_FILE] = self.history.to_json()
+        if blended:
+            files[contracts.TREES_FILE] = blended.trees
         files[contracts.PLAN_FILE] = plan.to_json()
         logging.info(
             "final metrics: %s%s",

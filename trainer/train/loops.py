@@ -40,7 +40,9 @@ def train_step(
     with tf.GradientTape() as tape:
         logits = model(features, training=True)
         loss = tf.nn.compute_average_loss(
-            head.loss(labels, logits), sample_weight=weights, global_batch_size=global_batch_size
+            head.training_loss(labels, logits),
+            sample_weight=weights,
+            global_batch_size=global_batch_size,
         )
     grads = tape.gradient(loss, model.trainable_variables)
     # Embedding gradients come as IndexedSlices whose length differs between replicas;
@@ -77,6 +79,7 @@ class Loops:
         self.optimizer = optimizer
         self.head = head
         self.global_batch_size = global_batch_size
+        self.run_eagerly = run_eagerly
         if run_eagerly:
             logging.warning(
                 "running eagerly (--run_eagerly): every step is plain Python, "
@@ -87,6 +90,17 @@ class Loops:
         self.evaluate_steps = wrap(self._evaluate_steps)
         self.evaluate_all = wrap(self._evaluate_all)
         self._any_replica = tf.function(self._any)
+
+    def with_model(self, model: keras.Model) -> Loops:
+        """The same loops over another model (the final blend, evaluated only)."""
+        return Loops(
+            self.strategy,
+            model,
+            self.optimizer,
+            self.head,
+            self.global_batch_size,
+            self.run_eagerly,
+        )
 
     def any_replica(self, flag: bool) -> bool:
         """Whether `flag` is true on any replica of any worker (an all-reduce)."""

@@ -26,7 +26,7 @@ def write(
     files: dict,
     is_chief: bool,
 ) -> None:
-    """Writes the SavedModel, its JSON files and `files` (name -> JSON) into
+    """Writes the SavedModel, its JSON files and `files` (name -> JSON, or text) into
     `plan.model_dir` (the chief publishes it, `Storage.publishing`; other workers, who
     must take part in saving, write to a scratch folder that is removed)."""
     storage = plan.storage
@@ -47,7 +47,10 @@ def write(
             contracts.METRICS_FILE: metrics,
             **files,
         }.items():
-            storage.write_json(storage_lib.join(partial, name), content)
+            if isinstance(content, str):
+                storage.write_bytes(storage_lib.join(partial, name), content.encode())
+            else:
+                storage.write_json(storage_lib.join(partial, name), content)
         report.write(storage, partial)
     logging.info("exported the model to %s in %.1fs", plan.model_dir, time.monotonic() - start)
 

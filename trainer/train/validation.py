@@ -107,11 +107,12 @@ def final(
     loops: loops_lib.Loops,
     plan: plan_lib.Plan,
     selection: selection_lib.Selection | None,
+    selected: int | None,
     validate: Evaluate,
     test: Evaluate,
 ) -> tuple[dict, dict | None, str | None]:
-    """Puts the selected model in place and evaluates it once more: on validation data,
-    then on test data.
+    """Evaluates the final model (the one selected at step `selected`, in place already,
+    perhaps blended with trees) once more: on validation data, then on test data.
 
     Returns:
       (what metrics.json says besides the summary figures: `validation`, `test`,
@@ -128,7 +129,6 @@ def final(
     }
     sums, data = None, None
     if selection:
-        selected = selection.restore_best()
         sums, data = validate(), splits.validation_name
         assert sums is not None  # a selection has validation data
         out["validation"] = metrics_lib.finish(head, sums)
@@ -141,8 +141,9 @@ def final(
             "stoppedEarly": selection.stopped,
         }
         logging.info(
-            "selected the model of step %s (%s=%.5g on validation)",
+            "the final model: step %s%s (%s=%.5g on validation)",
             selected,
+            " blended with trees" if plan.trees else "",
             selection.metric,
             out["validation"][selection.metric],
         )

@@ -1,0 +1,119 @@
+"""The boosted-trees member (trainer.train.forest): fitted on the training records,
+weighed against the neural model on validation data, exported inside the SavedModel.
+Tolerances are maximum absolute differences."""
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer.data import inputs
+from trainer.model import heads, trees
+from trainer.plan import plan as plan_lib
+from trainer.train import forest
+
+from conftest import data_globs, make_config, read_records, run_job
+
+
+def test_the_weight_goes_to_the_member_that_predicts_the_validation_labels():
+    rng = np.random.default_rng(0)
+    head = heads.Head("binary", (0, 1))
+    labels = rng.integers(0, 2, 400)
+    good = (labels * 2.0 - 1.0)[:, None] * 2 + rng.normal(0, 1, (400, 1))
+    noise = rng.normal(0, 1, (400, 1))
+    ones = np.ones(400)
+    w, losses = forest.choose_weight(head, noise, good, labels, ones)
+    assert w <= 0.1 and losses[w] == min(losses.values())
+    w, _ = forest.choose_weight(head, good, noise, labels, ones)
+    assert w >= 0.9
+    # Trees that add nothing leave the neural model alone.
+    assert forest.choose_weight(head, good, good, labels, ones)[0] == 1.0
+
+
+def test_temperature_softens_overconfident_probabilities_and_leaves_calibrated_ones():
+    rng = np.random.default_rng(2)
+    head = heads.Head("multiclass", ("a", "b", "c"))
+    logits = rng.normal(0, 2, (2000, 3))
+    labels = np.array([rng.choice(3, p=p) for p in _softmax(logits)])  # calibrated at 1
+    ones = np.ones(len(labels))
+    t, loss = forest.choose_temperature(head, logits, labels, ones)
+    assert 0.8 <= t <= 1.25
+    t, sharper = forest.choose_temperature(head, 3 * logits, labels, ones)
+    assert 2.5 <= t <= 3.5  # undoes the factor 3
+    assert sharper == pytest.approx(loss, abs=0.01)
+    regression = heads.Head("regression")
+    assert forest.choose_temperature(regression, logits[:, :1], labels * 1.0, ones)[0] == 1
+
+
+@pytest.mark.parametrize("task", ["regression", "multiclass"])
+def test_the_blend_is_the_weighted_mean_of_probabilities_or_numbers(task):
+    rng = np.random.default_rng(1)
+    units = 3 if task == "multiclass" else 1
+    head = heads.Head(task, ("a", "b", "c") if units == 3 else ())
+    neural, scores = rng.normal(size=(6, units)), rng.normal(size=(6, units))
+    got = forest.blended(head, neural, scores, 0.3)
+    if task == "regression":
+        np.testing.assert_allclose(got, 0.3 * neural + 0.7 * scores, atol=1e-6)
+    else:
+        p = head.probabilities(tf.constant(got)).numpy()
+        expected = 0.3 * _softmax(neural) + 0.7 * _softmax(scores)
+        np.testing.assert_allclose(p, expected, atol=1e-6)
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_the_trees_matrix_holds_the_job_s_training_records(fake_gcs, job_uri):
+    plan = plan_lib.make_plan(make_config(fake_gcs, job_uri, task="regression"))
+    x, y, w = forest.matrix(plan, plan.splits.train_files, plan.splits.train_part, None)
+    assert x.shape == (512, len(trees.column_names(plan.schema))) and x.dtype == np.float64
+    assert abs(float(np.mean(y))) < 0.3 and 0.7 < float(np.std(y)) < 1.3  # standardised
+    np.testing.assert_array_equal(w, 1.0)
+    x, _, _ = forest.matrix(plan, plan.splits.train_files, plan.splits.train_part, 100)
+    assert len(x) == 100
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, caplog):
+    config = make_config(fake_gcs, job_uri, task=task, trees="auto", train_steps=60)
+    with caplog.at_level(logging.INFO):
+        result = run_job(config)
+    assert "boosted trees" in caplog.text
+    metrics = store.read_json(f"{job_uri}/model/metrics.json")
+    blend = metrics["blend"]
+    assert 0 <= blend["neuralWeight"] <= 1 and blend["treeRounds"] >= 1
+    assert blend["treeRecords"] == 512
+    # The blend's validation loss, computed in numpy when its weight and temperature were
+    # chosen, is the loss the distributed evaluation of the exported model measures.
+    losses = blend["validationLoss"]
+    assert metrics["validation"]["logLoss"] == pytest.approx(losses["calibrated"], abs=1e-5)
+    assert losses["calibrated"] <= losses["blend"] <= min(losses["neural"], losses["trees"])
+    assert store.exists(f"{job_uri}/model/trees.txt")
+    assert store.exists(f"{job_uri}/checkpoints/trees.txt")
+    # The served model is the blend: its probabilities are those of the job's model.
+    records = read_records(store, data_globs(task)[1], 32)
+    served = (
+        tf.saved_model.load(store.path(f"{job_uri}/model"))
+        .signatures["serving_default"](examples=tf.constant(records))["probabilities"]
+        .numpy()
+    )
+    features = inputs.parse_features(tf.constant(records), result.schema)
+    direct = result.head.probabilities(result.model(features, training=False)).numpy()
+    np.testing.assert_allclose(served, direct, atol=1e-6)
+
+
+def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):
+    config = make_config(fake_gcs, job_uri, trees="auto", train_steps=20)
+    run_job(config)
+    first = store.read_json(f"{job_uri}/model/metrics.json")
+    # The export is removed: the job trains no more, but fits no new trees either.
+    store.remove_tree(f"{job_uri}/model")
+    with caplog.at_level(logging.INFO):
+        run_job(config)
+    assert "as fitted before this restart" in caplog.text
+    again = store.read_json(f"{job_uri}/model/metrics.json")
+    assert again["blend"]["neuralWeight"] == first["blend"]["neuralWeight"]
+    assert again["validation"]["logLoss"] == pytest.approx(first["validation"]["logLoss"], abs=1e-6)

@@ -1,0 +1,83 @@
+"""LightGBM's trees as TensorFlow ops (trainer.model.trees) give LightGBM's own scores.
+Tolerances are maximum absolute differences."""
+
+import lightgbm
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer.data import schema as schema_lib
+from trainer.model import trees
+
+
+def _data(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = np.column_stack(
+        [
+            rng.normal(size=n),
+            rng.integers(0, 12, n).astype(float),  # categorical slots
+            np.round(rng.exponential(size=n), 1),  # ties at the thresholds' sides
+            rng.normal(size=n),
+        ]
+    )
+    x[rng.random(n) < 0.1, 3] = np.nan  # missing values go their learnt way
+    signal = x[:, 0] + np.isin(x[:, 1], [2, 5, 7]) - 0.5 * x[:, 2] + np.nan_to_num(x[:, 3])
+    return x, signal
+
+
+@pytest.mark.parametrize("objective", ["regression", "binary", "multiclass"])
+def test_forest_scores_equal_lightgbm_raw_scores(objective):
+    x, signal = _data(3000)
+    y = {
+        "regression": signal,
+        "binary": (signal > 0.3).astype(int),
+        "multiclass": np.digitize(signal, [-0.5, 0.5, 1.5]),
+    }[objective]
+    params = {"objective": objective, "verbose": -1, "num_leaves": 15, "min_data_per_group": 5}
+    if objective == "multiclass":
+        params["num_class"] = 4
+    booster = lightgbm.train(
+        params, lightgbm.Dataset(x, y, categorical_feature=[1]), num_boost_round=40
+    )
+    arrays = trees.from_lightgbm(booster.dump_model())
+    assert arrays.categorical.any() and arrays.depth > 2
+    test, _ = _data(500, seed=1)
+    test[0, 1] = 40  # a slot never seen in training
+    expected = booster.predict(test, raw_score=True).reshape(len(test), -1)
+    got = trees.Forest(arrays)(tf.constant(test)).numpy()
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=1e-9)
+
+
+def test_a_forest_of_single_leaves_is_its_constant():
+    x, signal = _data(50)
+    booster = lightgbm.train(
+        {"objective": "regression", "verbose": -1, "min_data_in_leaf": 100},
+        lightgbm.Dataset(x, signal),
+        num_boost_round=3,
+    )
+    got = trees.Forest(trees.from_lightgbm(booster.dump_model()))(tf.constant(x)).numpy()
+    np.testing.assert_allclose(got[:, 0], booster.predict(x, raw_score=True), atol=1e-9)
+
+
+def test_columns_are_values_and_the_model_s_vocabulary_slots():
+    schema = schema_lib.Schema(
+        label=schema_lib.Label("y", "float"),
+        features=(
+            schema_lib.Feature("x", "float", "numeric"),
+            schema_lib.Feature("c", "string", "categorical", vocabulary=("p", "q")),
+            schema_lib.Feature("v", "float", "numeric", size=2),
+            schema_lib.Feature("bag", "string", "categorical", vocabulary=("a",), varlen=True),
+        ),
+    )
+    assert trees.column_names(schema) == ["x", "c", "v[0]", "v[1]"]
+    assert trees.categorical_columns(schema) == [1]
+    features = {
+        "x": tf.constant([[1.5], [2.0]]),
+        "c": tf.constant([["q"], ["zzz"]]),
+        "v": tf.constant([[1.0, 2.0], [3.0, 4.0]]),
+        "bag": tf.constant([["a"], [""]]),
+    }
+    got = trees.Columns(schema)(features).numpy()
+    # c: slot 0 unseen, 1 missing (''), 2 'p', 3 'q'.
+    np.testing.assert_array_equal(got, [[1.5, 3, 1, 2], [2, 0, 3, 4]])

@@ -1,0 +1,129 @@
+"""An ensemble of k MLPs in one model, sharing most of their weights (TabM).
+
+TabM (Gorishniy et al., ICLR 2025; yandex-research/tabm) trains k members at once: one
+MLP whose every linear layer is a BatchEnsemble layer, `((x * r_i) @ W) * s_i + b_i` for
+member i, so the k members share W and differ in rank-one adapters r, s and biases b,
+and each member has a head of its own. Members start alike but for the first layer's r,
+one random sign per member and feature ("TabM init"), and their heads. Each member is
+trained on its own loss (the mean of the members' losses, never the loss of their mean:
+`Head.training_loss`), on the same batches (TabM's default, `share_training_batches`),
+and the prediction is the mean of the members' probabilities (`Head.combine`).
+
+The randomness is all in the initial weights, drawn from the job's seed like every other
+weight: no per-step randomness, so eager and compiled, one replica or many, one worker or
+several train the very same members.
+
+Shapes: an input [batch, d] is seen by every member; hidden activations are
+[batch, k, width]; `Heads` returns [batch, k, outputs].
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+
+class Members(keras.layers.Layer):
+    """The first ensemble layer: [batch, d] -> [batch, k, units], `relu((x * r_i) @ W *
+    s_i + b_i)` with r_i one random sign per feature (`chunks`: how many of the d inputs
+    each feature has) and s_i = 1 at the start.
+
+    Written as `(x @ (r_i * W))`, a [d, k * units] matmul of the shared input: the same
+    arithmetic as scaling k copies of x, without making them.
+    """
+
+    def __init__(self, units: int, k: int, chunks: tuple[int, ...], seed: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.k, self.chunks, self.seed = units, k, tuple(chunks), seed
+
+    def build(self, input_shape):
+        d = int(input_shape[-1])
+        if sum(self.chunks) != d:
+            raise ValueError(f"chunks {self.chunks} do not add up to the input's {d} values")
+        self.kernel = self.add_weight(shape=(d, self.units), initializer="glorot_uniform")
+        self.r = self.add_weight(
+            shape=(self.k, d), initializer=self._random_signs, name="r", trainable=True
+        )
+        self.s = self.add_weight(shape=(self.k, self.units), initializer="ones", name="s")
+        self.bias = self.add_weight(shape=(self.k, self.units), initializer="zeros", name="b")
+
+    def _random_signs(self, shape, dtype=None):
+        # One sign per member and feature, from the job's seed: every worker draws the same.
+        signs = np.random.default_rng([self.seed, 0x7AB3]).choice(
+            [-1.0, 1.0], (self.k, len(self.chunks))
+        )
+        return keras.ops.convert_to_tensor(
+            np.repeat(signs, self.chunks, axis=1), dtype or "float32"
+        )
+
+    def call(self, x):
+        # [d, k, units]: member i's kernel is r_i (per row) times the shared W.
+        kernels = keras.ops.transpose(self.r)[:, :, None] * self.kernel[:, None, :]
+        h = keras.ops.matmul(x, keras.ops.reshape(kernels, (-1, self.k * self.units)))
+        h = keras.ops.reshape(h, (-1, self.k, self.units)) * self.s + self.bias
+        return keras.ops.relu(h)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "k": self.k,
+            "chunks": self.chunks,
+            "seed": self.seed,
+        }
+
+
+class BatchEnsembleDense(keras.layers.Layer):
+    """A hidden BatchEnsemble layer: [batch, k, d] -> [batch, k, units],
+    `relu(((x * r_i) @ W) * s_i + b_i)`, r and s starting at 1 (TabM init)."""
+
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+
+    def build(self, input_shape):
+        k, d = int(input_shape[-2]), int(input_shape[-1])
+        self.kernel = self.add_weight(shape=(d, self.units), initializer="glorot_uniform")
+        self.r = self.add_weight(shape=(k, d), initializer="ones", name="r")
+        self.s = self.add_weight(shape=(k, self.units), initializer="ones", name="s")
+        self.bias = self.add_weight(shape=(k, self.units), initializer="zeros", name="b")
+
+    def call(self, x):
+        return keras.ops.relu(keras.ops.matmul(x * self.r, self.kernel) * self.s + self.bias)
+
+    def get_config(self):
+        return {**super().get_config(), "units": self.units}
+
+
+class Heads(keras.layers.Layer):
+    """One linear head per member: [batch, k, d] -> [batch, k, outputs]."""
+
+    def __init__(self, outputs: int, **kwargs):
+        super().__init__(**kwargs)
+        self.outputs = outputs
+
+    def build(self, input_shape):
+        k, d = int(input_shape[-2]), int(input_shape[-1])
+        # Each member's head drawn like a Dense layer's own (glorot on d -> outputs).
+        limit = float(np.sqrt(6.0 / (d + self.outputs)))
+        self.kernel = self.add_weight(
+            shape=(k, d, self.outputs), initializer=keras.initializers.RandomUniform(-limit, limit)
+        )
+        self.bias = self.add_weight(shape=(k, self.outputs), initializer="zeros", name="b")
+
+    def call(self, x):
+        return keras.ops.einsum("bkd,kdo->bko", x, self.kernel) + self.bias
+
+    def get_config(self):
+        return {**super().get_config(), "outputs": self.outputs}
+
+
+def members_body(
+    x, chunks: tuple[int, ...], hidden_units: tuple[int, ...], k: int, outputs: int, seed: int
+):
+    """The ensemble after the encoded features `x` ([batch, d]): hidden layers of
+    `hidden_units`, k members, and [batch, k, outputs] logits."""
+    h = Members(hidden_units[0], k, chunks, seed, name="hidden_0")(x)
+    for i, units in enumerate(hidden_units[1:], start=1):
+        h = BatchEnsembleDense(units, name=f"hidden_{i}")(h)
+    return Heads(outputs, name="logits")(h)

@@ -1,0 +1,212 @@
+"""Gradient-boosted trees as TensorFlow ops: a LightGBM model evaluated inside the
+SavedModel, so serving stays TensorFlow alone (no LightGBM, no custom op).
+
+`Columns` turns the raw features into the matrix the trees were fitted on: each numeric
+value as it is, each categorical value as its slot in the feature's vocabulary (the very
+lookup the neural model uses: 0 unseen, 1 missing). The same layer makes the training
+matrix (trainer.train.forest) and the served one, so the two cannot disagree.
+
+`Forest` evaluates every tree at once: a [batch, trees] array of node indices walks down
+one level per step, `depth` steps in all, each step a few gathers; a leaf points to
+itself. Thresholds are compared in float64, as LightGBM does, so scores agree with
+`Booster.predict(raw_score=True)` to rounding (tests/test_trees.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer.data import schema as schema_lib
+from trainer.model import tabular
+
+# LightGBM's missing_type, and what a value then means (its tree.h): None: NaN is 0.
+_MISSING = {"None": 0, "Zero": 1, "NaN": 2}
+
+
+def tree_features(schema: schema_lib.Schema) -> list[schema_lib.Feature]:
+    """The features trees see: every fixed-size one (variable-length lists are left to
+    the neural model)."""
+    return [f for f in schema.features if not f.varlen]
+
+
+def column_names(schema: schema_lib.Schema) -> list[str]:
+    """One name per column of the matrix: the feature's, with [i] for its i-th value."""
+    return [
+        f.name if f.size == 1 else f"{f.name}[{i}]"
+        for f in tree_features(schema)
+        for i in range(f.size)
+    ]
+
+
+def categorical_columns(schema: schema_lib.Schema) -> list[int]:
+    """Indices of the columns that hold vocabulary slots."""
+    out: list[int] = []
+    i = 0
+    for f in tree_features(schema):
+        if f.kind == "categorical":
+            out.extend(range(i, i + f.size))
+        i += f.size
+    return out
+
+
+class Columns(keras.layers.Layer):
+    """Raw features -> [batch, columns] float64: numbers as they are, categories as
+    their vocabulary slot (trainer.model.tabular's lookup)."""
+
+    def __init__(self, schema: schema_lib.Schema, **kwargs):
+        super().__init__(**kwargs)
+        self.schema = schema
+        self.lookups = {}
+        for f in tree_features(schema):
+            if f.kind == "categorical":
+                self.lookups[f.name] = tabular.lookup_layer(f)
+
+    def compute_output_shape(self, input_shape):
+        return (None, len(column_names(self.schema)))
+
+    def call(self, features: dict):
+        parts = []
+        for f in tree_features(self.schema):
+            x = features[f.name]
+            if f.kind == "categorical":
+                x = self.lookups[f.name](x)
+            parts.append(tf.cast(x, tf.float64))
+        return tf.concat(parts, axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrays:
+    """A LightGBM model as padded arrays: for tree t and internal node n, the column
+    compared, the threshold (or the row of `categories` for a categorical split), where
+    missing values go, the children (>= 0 an internal node, < 0 leaf -child - 1), and
+    each leaf's value. Tree t adds to output t % outputs."""
+
+    column: np.ndarray  # [trees, nodes] int32
+    threshold: np.ndarray  # [trees, nodes] float64
+    categorical: np.ndarray  # [trees, nodes] bool
+    category_set: np.ndarray  # [trees, nodes] int32, row of `categories`
+    missing: np.ndarray  # [trees, nodes] int32, _MISSING
+    default_left: np.ndarray  # [trees, nodes] bool
+    left: np.ndarray  # [trees, nodes] int32
+    right: np.ndarray  # [trees, nodes] int32
+    leaf_value: np.ndarray  # [trees, leaves] float64
+    root: np.ndarray  # [trees] int32: 0, or -1 for a tree that is one leaf
+    categories: np.ndarray  # [sets, slots] bool: slot goes left
+    outputs: int
+    depth: int
+
+
+def from_lightgbm(dump: dict) -> Arrays:
+    """Arrays from `Booster.dump_model()`."""
+    trees = [t["tree_structure"] for t in dump["tree_info"]]
+    nodes = max(1, max(t["num_leaves"] - 1 for t in dump["tree_info"]))
+    leaves = max(t["num_leaves"] for t in dump["tree_info"])
+    shape = (len(trees), nodes)
+    a = {
+        "column": np.zeros(shape, np.int32),
+        "threshold": np.zeros(shape, np.float64),
+        "categorical": np.zeros(shape, bool),
+        "category_set": np.zeros(shape, np.int32),
+        "missing": np.zeros(shape, np.int32),
+        "default_left": np.zeros(shape, bool),
+        "left": np.full(shape, -1, np.int32),
+        "right": np.full(shape, -1, np.int32),
+        "leaf_value": np.zeros((len(trees), leaves), np.float64),
+        "root": np.zeros(len(trees), np.int32),
+    }
+    sets: list[list[int]] = []
+    depth = 0
+
+    def pointer(node: dict) -> int:
+        return node["split_index"] if "split_index" in node else -node.get("leaf_index", 0) - 1
+
+    for t, root in enumerate(trees):
+        a["root"][t] = pointer(root)
+        stack = [(root, 1)]
+        while stack:
+            node, level = stack.pop()
+            if "split_index" not in node:
+                a["leaf_value"][t, node.get("leaf_index", 0)] = node["leaf_value"]
+                depth = max(depth, level - 1)
+                continue
+            n = node["split_index"]
+            a["column"][t, n] = node["split_feature"]
+            a["missing"][t, n] = _MISSING[node["missing_type"]]
+            a["default_left"][t, n] = node["default_left"]
+            if node["decision_type"] == "==":
+                a["categorical"][t, n] = True
+                a["category_set"][t, n] = len(sets)
+                sets.append([int(v) for v in str(node["threshold"]).split("||")])
+            else:
+                a["threshold"][t, n] = float(node["threshold"])
+            a["left"][t, n] = pointer(node["left_child"])
+            a["right"][t, n] = pointer(node["right_child"])
+            stack += [(node["left_child"], level + 1), (node["right_child"], level + 1)]
+    slots = max([max(s) + 1 for s in sets], default=1)
+    categories = np.zeros((max(len(sets), 1), slots), bool)
+    for i, s in enumerate(sets):
+        categories[i, s] = True
+    return Arrays(
+        **a, categories=categories, outputs=int(dump["num_tree_per_iteration"]), depth=depth
+    )
+
+
+class Forest(keras.layers.Layer):
+    """[batch, columns] float64 -> [batch, outputs] raw scores (LightGBM's raw_score):
+    the sum of every tree's leaf, each tree adding to its output."""
+
+    def __init__(self, arrays: Arrays, **kwargs):
+        super().__init__(trainable=False, dtype="float64", **kwargs)
+        self.arrays = arrays
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.arrays.outputs)
+
+    def call(self, x):
+        a = self.arrays
+        trees, nodes = a.column.shape
+        const = tf.constant
+        batch = tf.shape(x)[0]
+        node = tf.tile(const(a.root)[None, :], [batch, 1])  # [batch, trees]
+        offset = const(np.arange(trees, dtype=np.int32) * nodes)[None, :]
+        for _ in range(a.depth):
+            at = tf.maximum(node, 0) + offset  # this tree's node, in the flat arrays
+
+            def take(values, at=at):
+                return tf.gather(const(values.reshape(-1)), at)
+
+            value = tf.gather(x, take(a.column), batch_dims=1)
+            missing_type = take(a.missing)
+            is_nan = tf.math.is_nan(value)
+            # LightGBM: with missing_type None, NaN counts as 0.
+            value = tf.where(is_nan & tf.equal(missing_type, 0), tf.zeros_like(value), value)
+            missing = (is_nan & tf.equal(missing_type, 2)) | (
+                tf.equal(missing_type, 1) & (is_nan | tf.equal(value, 0.0))
+            )
+            numeric_left = value <= take(a.threshold)
+            slots = a.categories.shape[1]
+            slot = tf.cast(tf.where(is_nan, tf.constant(-1.0, tf.float64), value), tf.int32)
+            in_range = (slot >= 0) & (slot < slots)
+            category_left = in_range & tf.gather_nd(
+                const(a.categories),
+                tf.stack([take(a.category_set), tf.clip_by_value(slot, 0, slots - 1)], -1),
+            )
+            go_left = tf.where(
+                take(a.categorical),
+                category_left,
+                tf.where(missing, take(a.default_left), numeric_left),
+            )
+            child = tf.where(go_left, take(a.left), take(a.right))
+            node = tf.where(node >= 0, child, node)
+        leaf = -node - 1
+        leaves = a.leaf_value.shape[1]
+        values = tf.gather(
+            const(a.leaf_value.reshape(-1)),
+            leaf + const(np.arange(trees, dtype=np.int32) * leaves)[None, :],
+        )  # [batch, trees]
+        per_output = tf.reshape(values, [batch, trees // a.outputs, a.outputs])
+        return tf.reduce_sum(per_output, axis=1)
