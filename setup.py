@@ -26,6 +26,9 @@ setup(
         "absl-py>=1.0",  # flags and logging of the entry point
         "tensorboard>=2.16",  # tf.summary needs it; TF 2.21 no longer pulls it in
         "matplotlib>=3.7",  # the plots of report.html, written with every export
+        # the boosted-trees member of the default model (trainer.train.forest); serving
+        # needs none of it (the trees are TensorFlow ops in the SavedModel)
+        "lightgbm>=4.3",
     ],
     extras_require={
         "tf": ["tensorflow>=2.16,<2.22"],

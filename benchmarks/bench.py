@@ -41,6 +41,7 @@ from trainer.model import (
     optimizers,  # noqa: E402
 )
 from trainer.model import tabular as model_lib  # noqa: E402
+from trainer.plan import defaults  # noqa: E402
 from trainer.train import loops as training  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -64,6 +65,7 @@ flags.DEFINE_bool(
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN = (64, 32)
+ENSEMBLE = defaults.ENSEMBLE_SIZE["ple_mlp"]
 
 
 def dataset_files(storage: storage_lib.Storage) -> list[str]:
@@ -257,10 +259,11 @@ def cores(files) -> list[dict]:
     return rows
 
 
-def model_config(model: str = "mlp") -> config_lib.Config:
+def model_config(model: str = "mlp", ensemble_size: int = 1) -> config_lib.Config:
     """The benchmark's model settings (the data and output paths are not used): `mlp` at
     HIDDEN units, the model every row has measured since the first run (the default
-    before `ple_mlp`), or another built-in `model` at its own."""
+    before `ple_mlp`), or another built-in `model` at its own, with `ensemble_size`
+    members."""
     return config_lib.make_config(
         env={},
         train_data="x",
@@ -269,6 +272,7 @@ def model_config(model: str = "mlp") -> config_lib.Config:
         job_dir="/tmp/unused",
         model=model,
         hidden_units=HIDDEN if model == "mlp" else None,
+        ensemble_size=ensemble_size,
     )
 
 
@@ -283,9 +287,9 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             files, schema, batch_size=batch, training=True, seed=1, cache=cache
         )
 
-    def loop(run_eagerly: bool, n_steps: int, cache: str, name: str = "mlp"):
+    def loop(run_eagerly: bool, n_steps: int, cache: str, name: str = "mlp", members: int = 1):
         keras.utils.set_random_seed(0)
-        model = model_lib.build(schema, head.units, model_config(name))
+        model = model_lib.build(schema, head.units, model_config(name, members))
         # ple_mlp's rate schedule needs a length; it does not change the cost of a step.
         optimizer = optimizers.make_optimizer(1e-3, name, train_steps=10 * n_steps)
         optimizer.build(model.trainable_variables)
@@ -319,6 +323,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             "stream": loop(False, steps, "stream"),
             "eager": loop(True, max(steps // 10, 10), "memory"),
             "ple_mlp": loop(False, steps, "memory", "ple_mlp"),
+            "default": loop(False, steps, "memory", "ple_mlp", ENSEMBLE),
             "fit": fit(),
         },
         FLAGS.repeats,
@@ -347,10 +352,17 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         row("training", "--run_eagerly", r["eager"], r["memory"], "compiled"),
         row(
             "training",
-            "compiled loop, in memory, --model=ple_mlp",
+            "compiled loop, in memory, --model=ple_mlp --ensemble_size=1",
             r["ple_mlp"],
             ceiling,
             "ceiling",
+        ),
+        row(
+            "training",
+            f"the default: --model=ple_mlp, {ENSEMBLE} members",
+            r["default"],
+            r["ple_mlp"],
+            "1 member",
         ),
     ]
 

@@ -22,11 +22,17 @@ case "${1:-}" in
       gpu) tensorflow="tensorflow[and-cuda]==$version" ;;
       *) echo "install.sh: TF_VARIANT=$variant: expected cpu or gpu" >&2; exit 2 ;;
     esac
+    packages=()
     if ! command -v python3 >/dev/null || ! python3 -c "import venv, ensurepip" 2>/dev/null
     then  # a bare Debian base: its Python 3.11
+      packages+=(python3 python3-venv ca-certificates)
+    fi
+    # LightGBM's wheel links the system's OpenMP runtime (the trees of trainer.train.forest).
+    if ! ldconfig -p | grep -q 'libgomp\.so\.1'; then packages+=(libgomp1); fi
+    if [ "${#packages[@]}" -gt 0 ]; then
       apt-get update -qq
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        python3 python3-venv ca-certificates >/dev/null
+        "${packages[@]}" >/dev/null
       rm -rf /var/lib/apt/lists/*
     fi
     python3 -m venv "$venv"
@@ -42,8 +48,8 @@ case "${1:-}" in
     # a dependency missing from the image), without starting TensorFlow's runtime.
     # (Each entry point in its own process: they define flags of the same names.)
     "$venv/bin/python" -c "import trainer.bootstrap, trainer.task, trainer.train.job, \
-trainer.serving.bodies, trainer.serving.server, tensorflow as tf; print('trainer image: TensorFlow', \
-tf.__version__)"
+trainer.serving.bodies, trainer.serving.server, lightgbm, tensorflow as tf; \
+print('trainer image: TensorFlow', tf.__version__, 'LightGBM', lightgbm.__version__)"
     "$venv/bin/python" -c "import trainer.serve"
     ;;
   *)

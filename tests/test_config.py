@@ -82,6 +82,12 @@ def test_config_is_frozen_and_serialisable():
         (dict(holdout_fraction=0.9), "--holdout_fraction=0.9: expected a number from 0"),
         (dict(early_stopping_patience=-1), "--early_stopping_patience=-1: expected an integer"),
         (dict(eval_every_steps=-1), "--eval_every_steps=-1: expected an integer >= 0"),
+        (dict(ensemble_size=0), "--ensemble_size=0: expected an integer >= 1"),
+        (
+            dict(ensemble_size=4, model_fn="m:f"),
+            "--ensemble_size=4 is for the built-in models; --model_fn='m:f' builds its own",
+        ),
+        (dict(trees="on"), "--trees='on': expected one of auto, off"),
     ],
 )
 def test_bad_values_name_the_flag(overrides, fragment):

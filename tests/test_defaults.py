@@ -66,3 +66,31 @@ def test_ple_mlp_width_follows_the_number_of_training_records():
         "--model=ple_mlp on 2,999 training records, fewer than 3,000; from 3,000: 256,256,256"
     )
     assert defaults.hidden_units("ple_mlp", 3_000)[0] == (256, 256, 256)
+
+
+@pytest.mark.parametrize(
+    "policy, model, model_fn, validation, fragment",
+    [
+        ("auto", "ple_mlp", None, True, "auto: LightGBM's trees"),
+        ("off", "ple_mlp", None, True, "--trees=off"),
+        ("auto", "mlp", None, True, "--model=mlp is a neural model alone"),
+        ("auto", "ple_mlp", "m:f", True, "--model_fn builds its own model"),
+        ("auto", "ple_mlp", None, False, "no validation data"),
+    ],
+)
+def test_trees_join_the_default_model_when_there_is_validation_data(
+    policy, model, model_fn, validation, fragment
+):
+    joined, why = defaults.trees(policy, model, model_fn, validation)
+    assert joined == (fragment == "auto: LightGBM's trees") and fragment in why
+
+
+def test_trees_stay_out_without_lightgbm(monkeypatch):
+    monkeypatch.setattr(defaults.importlib.util, "find_spec", lambda name: None)
+    joined, why = defaults.trees("auto", "ple_mlp", None, True)
+    assert not joined and "pip install lightgbm" in why
+
+
+def test_the_default_model_is_an_ensemble_and_mlp_one_network():
+    assert defaults.ensemble_size("ple_mlp", 100)[0] == defaults.ENSEMBLE_SIZE["ple_mlp"] > 1
+    assert defaults.ensemble_size("mlp", 100) == (1, "--model=mlp is one MLP")

@@ -105,8 +105,11 @@ def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
 
 
 def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri, caplog):
-    """The tiny dataset has 512 records: ple_mlp gets 64,32, in the log and config.json."""
-    config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units=None, train_steps=2)
+    """The tiny dataset has 512 records: ple_mlp gets 64,32, in the log and config.json
+    (trees off: the job's model is then the neural one, whose layers are looked at)."""
+    config = make_config(
+        fake_gcs, job_uri, model="ple_mlp", hidden_units=None, train_steps=2, trees="off"
+    )
     with caplog.at_level(logging.INFO):
         result = run_job(config)
     assert "64,32 (--model=ple_mlp on 512 training records, fewer than 3,000" in caplog.text

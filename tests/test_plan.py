@@ -39,6 +39,7 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
         "train_steps",
         "hidden_units",
         "ensemble_size",
+        "trees",
         "eval_every_steps",
         "selection_metric",
         "cache",
@@ -49,6 +50,7 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     written = plan_lib.json_form(plan.to_json())
     assert written["decided"]["train_steps"] == 1000
     assert written["decided"]["ensemble_size"] == plan.ensemble_size
+    assert plan.trees and written["decided"]["trees"]  # validation data, LightGBM installed
     assert written["data"]["train_records"] == 512
 
 

@@ -150,8 +150,8 @@ flags.DEFINE_enum(
     list(config_lib.TREES),
     "Boosted trees (LightGBM, fitted after the neural model and exported as TensorFlow "
     "ops in the same SavedModel) blended with the built-in model, weighed on the "
-    "validation data; auto: whenever there is validation data; off: the neural model "
-    "alone.",
+    f"validation data; auto: for --model={'/'.join(defaults.TREES_JOIN)} whenever there "
+    "is validation data; off: the neural model alone.",
 )
 flags.DEFINE_integer(
     "steps_per_loop", D["steps_per_loop"], "Steps per compiled inner loop (one log line)."

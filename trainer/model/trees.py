@@ -169,44 +169,61 @@ class Forest(keras.layers.Layer):
     def call(self, x):
         a = self.arrays
         trees, nodes = a.column.shape
-        const = tf.constant
+        # Each array once per graph, flat: [trees * nodes], a node of tree t at t * nodes.
+        flat = {
+            name: tf.constant(getattr(a, name).reshape(-1))
+            for name in (
+                "column",
+                "threshold",
+                "categorical",
+                "category_set",
+                "missing",
+                "default_left",
+                "left",
+                "right",
+            )
+        }
+        categories = tf.constant(a.categories)
+        slots = a.categories.shape[1]
         batch = tf.shape(x)[0]
-        node = tf.tile(const(a.root)[None, :], [batch, 1])  # [batch, trees]
-        offset = const(np.arange(trees, dtype=np.int32) * nodes)[None, :]
-        for _ in range(a.depth):
+        node = tf.tile(tf.constant(a.root)[None, :], [batch, 1])  # [batch, trees]
+        offset = tf.constant(np.arange(trees, dtype=np.int32) * nodes)[None, :]
+
+        def down(node):  # every tree's walk, one level down
             at = tf.maximum(node, 0) + offset  # this tree's node, in the flat arrays
-
-            def take(values, at=at):
-                return tf.gather(const(values.reshape(-1)), at)
-
-            value = tf.gather(x, take(a.column), batch_dims=1)
-            missing_type = take(a.missing)
+            take = {name: tf.gather(values, at) for name, values in flat.items()}
+            value = tf.gather(x, take["column"], batch_dims=1)
+            missing_type = take["missing"]
             is_nan = tf.math.is_nan(value)
             # LightGBM: with missing_type None, NaN counts as 0.
             value = tf.where(is_nan & tf.equal(missing_type, 0), tf.zeros_like(value), value)
             missing = (is_nan & tf.equal(missing_type, 2)) | (
                 tf.equal(missing_type, 1) & (is_nan | tf.equal(value, 0.0))
             )
-            numeric_left = value <= take(a.threshold)
-            slots = a.categories.shape[1]
+            numeric_left = value <= take["threshold"]
             slot = tf.cast(tf.where(is_nan, tf.constant(-1.0, tf.float64), value), tf.int32)
             in_range = (slot >= 0) & (slot < slots)
             category_left = in_range & tf.gather_nd(
-                const(a.categories),
-                tf.stack([take(a.category_set), tf.clip_by_value(slot, 0, slots - 1)], -1),
+                categories,
+                tf.stack([take["category_set"], tf.clip_by_value(slot, 0, slots - 1)], -1),
             )
             go_left = tf.where(
-                take(a.categorical),
+                take["categorical"],
                 category_left,
-                tf.where(missing, take(a.default_left), numeric_left),
+                tf.where(missing, take["default_left"], numeric_left),
             )
-            child = tf.where(go_left, take(a.left), take(a.right))
-            node = tf.where(node >= 0, child, node)
+            child = tf.where(go_left, take["left"], take["right"])
+            return (tf.where(node >= 0, child, node),)
+
+        # One loop body in the graph (not `depth` copies), left as soon as all are leaves.
+        (node,) = tf.while_loop(
+            lambda node: tf.reduce_any(node >= 0), down, (node,), maximum_iterations=a.depth
+        )
         leaf = -node - 1
         leaves = a.leaf_value.shape[1]
         values = tf.gather(
-            const(a.leaf_value.reshape(-1)),
-            leaf + const(np.arange(trees, dtype=np.int32) * leaves)[None, :],
+            tf.constant(a.leaf_value.reshape(-1)),
+            leaf + tf.constant(np.arange(trees, dtype=np.int32) * leaves)[None, :],
         )  # [batch, trees]
         per_output = tf.reshape(values, [batch, trees // a.outputs, a.outputs])
         return tf.reduce_sum(per_output, axis=1)

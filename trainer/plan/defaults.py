@@ -54,12 +54,18 @@ def ensemble_size(model: str, n: int | None) -> tuple[int, str]:
     return k, f"--model={model}: {k} members sharing their weights (TabM)"
 
 
-def trees(policy: str, model_fn: str | None, validation: bool) -> tuple[bool, str]:
+# The built-in models that boosted trees join by default (--trees=auto).
+TREES_JOIN = ("ple_mlp",)
+
+
+def trees(policy: str, model: str, model_fn: str | None, validation: bool) -> tuple[bool, str]:
     """Whether boosted trees join the built-in model (trainer.train.forest), and why."""
     if policy == "off":
         return False, "--trees=off"
     if model_fn:
         return False, "--model_fn builds its own model"
+    if model not in TREES_JOIN:
+        return False, f"--model={model} is a neural model alone"
     if not validation:
         return False, "no validation data to weigh the blend on (--holdout_fraction=0)"
     if importlib.util.find_spec("lightgbm") is None:

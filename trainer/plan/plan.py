@@ -209,7 +209,7 @@ def _decide(
         decided["ensemble_size"] = k
         reasons.append(("ensemble_size", f"{k} ({why})"))
     decided["trees"], why = defaults.trees(
-        config.trees, config.model_fn, bool(splits.validation_files)
+        config.trees, config.model, config.model_fn, bool(splits.validation_files)
     )
     reasons.append(("trees", f"{'yes' if decided['trees'] else 'no'} ({why})"))
     if config.eval_every_steps is None:
