@@ -116,3 +116,35 @@ def test_a_restart_reuses_the_count_of_its_plan(fake_gcs, store, job_uri, monkey
         train_data="gs://test-bucket/binary/train-0000[01]-*",
     )
     assert plan_lib.make_plan(fewer).train_records < 512
+
+
+def test_classes_the_schema_sample_missed_are_found_in_the_training_files(
+    fake_gcs, store, job_uri, caplog
+):
+    """Records sorted by label (a table exported in order): the first records hold one
+    class only; the plan still knows every class."""
+    import tensorflow as tf
+
+    from trainer import sample_data
+
+    records = sample_data.make_examples(300, "multiclass", seed=3)
+
+    def label(record: bytes) -> str:
+        feature = tf.train.Example.FromString(record).features.feature["label"]
+        return feature.bytes_list.value[0].decode()
+
+    ordered = sorted(records, key=label)
+    prefix = f"{job_uri}/sorted/train"
+    sample_data.write_tfrecords(store, prefix, ordered, 1)
+    config = make_config(
+        fake_gcs,
+        job_uri,
+        task="multiclass",
+        train_data=f"{prefix}-*",
+        validation_data=None,
+        schema_sample_records=50,
+    )
+    with caplog.at_level(logging.INFO):
+        plan = plan_lib.make_plan(config)
+    assert plan.schema.label.classes == tuple(sorted({label(r) for r in records}))
+    assert "the schema sample (50 records) missed class(es)" in caplog.text

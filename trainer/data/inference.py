@@ -73,7 +73,11 @@ class _Stats:
 
 
 def infer(
-    records: Iterable[tuple[str, bytes]], label: str, task: str, weight: str | None = None
+    records: Iterable[tuple[str, bytes]],
+    label: str,
+    task: str,
+    weight: str | None = None,
+    classes: Iterable | None = None,
 ) -> Schema:
     """Infers a schema from serialized `tf.train.Example`s.
 
@@ -87,6 +91,8 @@ def infer(
       label: name of the target feature.
       task: regression, binary or multiclass.
       weight: the --weight feature, if any: numeric, one value, not a model input.
+      classes: label values known beside the sample's (every record's, when the sample
+        holds only the first records): the classes are both.
 
     Raises:
       SchemaError: naming the record and feature at fault.
@@ -117,7 +123,7 @@ def infer(
         )
 
     label_stats = stats.pop(label)
-    label_spec = _infer_label(label, label_stats, task)
+    label_spec = _infer_label(label, label_stats, task, set(classes or ()))
     targets = _targets(labels, label_spec, seen)
     weight_spec = None
     if weight:
@@ -203,7 +209,25 @@ def _targets(labels: dict[int, Any], label: Label, records: int) -> np.ndarray:
     return out
 
 
-def _infer_label(name: str, s: _Stats, task: str) -> Label:
+def sampled_labels(records: Iterable[tuple[str, bytes]], label: str) -> tuple[str | None, set]:
+    """The schema dtype of `label` in `records` (None: no record has it) and the values
+    the records hold."""
+    kinds = {"float_list": "float", "int64_list": "int", "bytes_list": "string"}
+    dtype: str | None = None
+    values: set = set()
+    for _, serialized in records:
+        feature = tf.train.Example.FromString(serialized).features.feature.get(label)
+        kind = feature.WhichOneof("kind") if feature is not None else None
+        if kind:
+            dtype = kinds[kind]
+            values.update(
+                v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+                for v in getattr(feature, kind).value
+            )
+    return dtype, values
+
+
+def _infer_label(name: str, s: _Stats, task: str, known: set) -> Label:
     if s.size != 1:
         raise SchemaError(f"label {name!r} has {s.size} values per record, expected 1")
     dtype = {"float_list": "float", "int64_list": "int", "bytes_list": "string"}[s.kind]
@@ -219,6 +243,6 @@ def _infer_label(name: str, s: _Stats, task: str) -> Label:
         raise SchemaError(
             f"label {name!r} holds floats; --task={task} needs int or string class labels"
         )
-    label = Label(name=name, dtype=dtype, classes=tuple(sorted(s.values)))
+    label = Label(name=name, dtype=dtype, classes=tuple(sorted(set(s.values) | known)))
     check_classes(label, task, lambda what: SchemaError(f"label {name!r}: {what}"))
     return label

@@ -95,6 +95,23 @@ def count(paths: list[str], *, skip_corrupt: bool, keep=None, limit: int | None 
     return n
 
 
+def label_values(
+    paths: list[str], label: str, dtype: tf.DType, *, skip_corrupt: bool, keep=None
+) -> set:
+    """The distinct values of the feature `label` in every record of `paths` that `keep`
+    keeps (records without it add none): one pass that parses that feature alone."""
+    spec = {label: tf.io.VarLenFeature(dtype)}
+    blocks = read_blocks(paths, skip_corrupt=skip_corrupt, block=LOAD_BATCH, keep=keep)
+    uniques = blocks.map(
+        lambda b: tf.unique(tf.io.parse_example(b, spec)[label].values)[0],
+        num_parallel_calls=AUTOTUNE,
+    )
+    values: set = set()
+    for batch in uniques:
+        values.update(v.decode() if isinstance(v, bytes) else int(v) for v in batch.numpy())
+    return values
+
+
 def any_record(paths: list[str], *, skip_corrupt: bool, keep=None) -> bool:
     """Whether `paths` hold a record that can be read and that `keep` keeps; reads only
     up to the first such block, not the whole data."""

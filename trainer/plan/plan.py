@@ -17,6 +17,8 @@ import json
 import logging
 from typing import Any
 
+import tensorflow as tf
+
 from trainer.base import config as config_lib
 from trainer.base import contracts
 from trainer.base import storage as storage_lib
@@ -264,7 +266,11 @@ def load_schema(
     sample = scan.sample_records(
         storage, files, config.schema_sample_records, config.skip_corrupt_records
     )
-    schema = inference.infer(sample, config.label, config.task, config.weight)
+    sampled = list(sample)
+    classes = None
+    if config.task != "regression" and len(sampled) >= config.schema_sample_records:
+        classes = _every_class(config, storage, files, sampled)
+    schema = inference.infer(sampled, config.label, config.task, config.weight, classes)
     logging.info(
         "inferred schema from up to %d records: %d features, label %r%s",
         config.schema_sample_records,
@@ -273,6 +279,40 @@ def load_schema(
         f" with classes {list(schema.label.classes)[:10]}" if schema.label.classes else "",
     )
     return schema
+
+
+def _every_class(
+    config: config_lib.Config,
+    storage: storage_lib.Storage,
+    files: list[str],
+    sampled: list[tuple[str, bytes]],
+) -> set | None:
+    """Every value of the label in the training files, not only the sample's: data sorted
+    by label (a table exported in order) leaves classes out of its first records. One
+    pass that parses the label alone. None when the sample shows no class label, or the
+    files cannot be read (the record count, next, names the bad record)."""
+    dtype, seen = inference.sampled_labels(sampled, config.label)
+    if dtype in (None, "float"):  # inference names the problem
+        return None
+    try:
+        found = records.label_values(
+            [storage.path(f) for f in files],
+            config.label,
+            schema_lib.DTYPES[dtype],
+            skip_corrupt=config.skip_corrupt_records,
+        )
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
+        return None
+    missed = sorted(found - seen)
+    if missed:
+        logging.info(
+            "label %r: the schema sample (%s records) missed class(es) %s, found in the "
+            "training files",
+            config.label,
+            f"{len(sampled):,}",
+            missed[:10],
+        )
+    return found
 
 
 def previous_path(config: config_lib.Config) -> str:
