@@ -1,5 +1,7 @@
-"""The model: task heads (heads: logits to loss and predictions), the built-in models and
-the `--model_fn` contract (tabular), and the optimizers the step expects (optimizers).
+"""The model: task heads (heads: logits to loss and predictions, an ensemble's members to
+one prediction), the built-in models and the `--model_fn` contract (tabular), the
+ensemble's layers (ensemble), boosted trees as TensorFlow ops (trees) and their blend
+with a network (blend), and the optimizers the step expects (optimizers).
 
 A custom model builder reuses `feature_inputs` and `preprocess` from here:
 

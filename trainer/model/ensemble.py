@@ -41,15 +41,13 @@ class Members(keras.layers.Layer):
         if sum(self.chunks) != d:
             raise ValueError(f"chunks {self.chunks} do not add up to the input's {d} values")
         self.kernel = self.add_weight(shape=(d, self.units), initializer="glorot_uniform")
-        self.r = self.add_weight(
-            shape=(self.k, d), initializer=self._random_signs, name="r", trainable=True
-        )
+        self.r = self.add_weight(shape=(self.k, d), initializer=self._random_signs, name="r")
         self.s = self.add_weight(shape=(self.k, self.units), initializer="ones", name="s")
         self.bias = self.add_weight(shape=(self.k, self.units), initializer="zeros", name="b")
 
     def _random_signs(self, shape, dtype=None):
         # One sign per member and feature, from the job's seed: every worker draws the same.
-        signs = np.random.default_rng([self.seed, 0x7AB3]).choice(
+        signs = np.random.default_rng([self.seed % 2**32, 0x7AB3]).choice(
             [-1.0, 1.0], (self.k, len(self.chunks))
         )
         return keras.ops.convert_to_tensor(

@@ -150,7 +150,10 @@ def preprocess(
 ) -> keras.KerasTensor:
     """Turns raw features into one float vector per example (`encode`'s parts, one after
     the other)."""
-    parts = encode(inputs, schema, numeric)
+    return _joined(encode(inputs, schema, numeric))
+
+
+def _joined(parts: list[keras.KerasTensor]) -> keras.KerasTensor:
     return parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
 
 
@@ -211,12 +214,13 @@ def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.
     [batch, k, num_outputs] logits."""
     inputs = feature_inputs(schema)
     parts = encode(inputs, schema, numeric="ple" if config.model == "ple_mlp" else "standard")
-    x = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="features")(parts)
+    x = _joined(parts)
     units = config.hidden_units or config_lib.HIDDEN_UNITS[config.model]
-    k = getattr(config, "ensemble_size", None) or 1
-    if k > 1:
+    if (config.ensemble_size or 1) > 1:
         chunks = tuple(int(p.shape[-1]) for p in parts)
-        logits = ensemble.members_body(x, chunks, units, k, num_outputs, config.seed or 0)
+        logits = ensemble.members_body(
+            x, chunks, units, config.ensemble_size, num_outputs, config.effective_seed()
+        )
         return keras.Model(inputs=inputs, outputs=logits, name="tabular")
     for i, width in enumerate(units):
         x = keras.layers.Dense(width, activation="relu", name=f"hidden_{i}")(x)

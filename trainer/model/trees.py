@@ -60,20 +60,22 @@ class Columns(keras.layers.Layer):
     def __init__(self, schema: schema_lib.Schema, **kwargs):
         super().__init__(**kwargs)
         self.schema = schema
-        self.lookups = {}
-        for f in tree_features(schema):
-            if f.kind == "categorical":
-                self.lookups[f.name] = tabular.lookup_layer(f)
+        # One attribute each: Keras 3.4 (TF 2.17) exports the lookups' tables only when
+        # TensorFlow's tracking sees the layers, which it does not inside a list or dict.
+        self.lookups = []
+        for i, f in enumerate(f for f in tree_features(schema) if f.kind == "categorical"):
+            setattr(self, f"lookup_{i}", tabular.lookup_layer(f))
+            self.lookups.append(f"lookup_{i}")
 
     def compute_output_shape(self, input_shape):
         return (None, len(column_names(self.schema)))
 
     def call(self, features: dict):
-        parts = []
+        parts, lookups = [], iter(self.lookups)
         for f in tree_features(self.schema):
             x = features[f.name]
             if f.kind == "categorical":
-                x = self.lookups[f.name](x)
+                x = getattr(self, next(lookups))(x)
             parts.append(tf.cast(x, tf.float64))
         return tf.concat(parts, axis=1)
 
