@@ -192,18 +192,9 @@ def matrix(
     """(columns, targets, weights) of up to `limit` records of `files` that `part` keeps,
     in file order: the trees' matrix (trees.Columns), and the label as the head learns it
     (class indices; the standardised number for regression)."""
-    storage = plan.storage
-    dataset = inputs.make_dataset(
-        [storage.path(f) for f in files],
-        plan.schema,
-        batch_size=BATCH,
-        training=False,
-        skip_corrupt=plan.skip_corrupt_records,
-        keep=part,
-    )
     columns = trees.Columns(plan.schema)
     xs, ys, ws, n = [], [], [], 0
-    for features, labels, weights in dataset:
+    for features, labels, weights in _records(plan, files, part):
         xs.append(columns(features).numpy())
         ys.append(labels.numpy())
         ws.append(weights.numpy())
@@ -219,17 +210,21 @@ def matrix(
 def neural_logits(plan: plan_lib.Plan, model, files: list[str], part) -> np.ndarray:
     """The neural model's combined logits ([records, units]) on the records of `files`
     that `part` keeps, in the order `matrix` reads them."""
-    storage = plan.storage
-    dataset = inputs.make_dataset(
-        [storage.path(f) for f in files],
+    predict = tf.function(lambda features: plan.head.combine(model(features, training=False)))
+    return np.concatenate([predict(f).numpy() for f, _, _ in _records(plan, files, part)])
+
+
+def _records(plan: plan_lib.Plan, files: list[str], part) -> tf.data.Dataset:
+    """(features, labels, weights) batches of the records of `files` that `part` keeps,
+    each once, in file order."""
+    return inputs.make_dataset(
+        [plan.storage.path(f) for f in files],
         plan.schema,
         batch_size=BATCH,
         training=False,
         skip_corrupt=plan.skip_corrupt_records,
         keep=part,
     )
-    predict = tf.function(lambda features: plan.head.combine(model(features, training=False)))
-    return np.concatenate([predict(features).numpy() for features, _, _ in dataset])
 
 
 def choose_weight(
