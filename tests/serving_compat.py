@@ -70,7 +70,7 @@ def test_tf_2_15_serves_the_export_like_this_tensorflow(
     fake_gcs, store, serving_python, tmp_path, task, model
 ):
     job_dir = f"gs://{BUCKET}/jobs/serving-{task}-{model}"
-    run_job(make_config(fake_gcs, job_dir, task, model=model))
+    run_job(make_config(fake_gcs, job_dir, task, model=model, trees="auto"))
     model_dir = store.path(f"{job_dir}/model")
     model = tf.saved_model.load(model_dir)
     records = read_records(store, data_globs(task)[1], 16)

@@ -26,7 +26,7 @@ def test_local_run_with_gcs_paths_trains_and_exports(fake_gcs, job_uri, store):
     args = [
         a.replace("--validation_data=", "--eval_data=")
         for a in task_args(
-            fake_gcs, job_uri, task="multiclass", train_steps=40, eval_every_steps=20
+            fake_gcs, job_uri, task="multiclass", train_steps=40, eval_every_steps=20, trees="auto"
         )
     ]
     proc = run_task(args)
@@ -42,6 +42,7 @@ def test_local_run_with_gcs_paths_trains_and_exports(fake_gcs, job_uri, store):
         store.path(model_dir), read_records(store, data_globs("multiclass")[1], 4)
     )
     assert set(served["predictions"]) <= {"low", "mid", "high"}
+    assert "trees.txt" in store.listdir(model_dir)  # the default blends trees in
     assert set(store.listdir(job_uri)) == {"model", "checkpoints", "logs"}
     assert store.glob(f"{job_uri}/logs/events.out.tfevents.*")
 
@@ -76,7 +77,9 @@ def predictions(store, model_dir, records):
     return serve(examples=tf.constant(records))["probabilities"].numpy()
 
 
-AGREEMENT_FLAGS = dict(task="binary", batch_size=48, train_steps=30, shard_by="record")
+AGREEMENT_FLAGS = dict(
+    task="binary", batch_size=48, train_steps=30, shard_by="record", trees="auto"
+)
 
 
 @pytest.fixture(scope="module")

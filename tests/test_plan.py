@@ -21,7 +21,7 @@ from conftest import make_config, run_job
 def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     """The tiny binary data: 512 training records in 4 files, validation files given."""
     config = make_config(
-        fake_gcs, job_uri, train_steps=None, hidden_units=None, eval_every_steps=None
+        fake_gcs, job_uri, train_steps=None, hidden_units=None, eval_every_steps=None, trees="auto"
     )
     plan = plan_lib.make_plan(config)
     assert plan.train_records == 512 and plan.counted_to is None
