@@ -27,6 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchmarks import step  # noqa: E402
 from trainer import sample_data  # noqa: E402
 from trainer.base import config as config_lib  # noqa: E402
 from trainer.base import storage as storage_lib  # noqa: E402
@@ -287,6 +288,8 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             files, schema, batch_size=batch, training=True, seed=1, cache=cache
         )
 
+    built = {}  # row name -> (loops, iterator): the step section looks inside them
+
     def loop(run_eagerly: bool, n_steps: int, cache: str, name: str = "mlp", members: int = 1):
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, model_config(name, members))
@@ -295,6 +298,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)
         iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset(cache)))
+        built[(name, members, run_eagerly, cache)] = loops, iterator
 
         def run():
             loops.train(iterator, tf.constant(n_steps))
@@ -328,7 +332,18 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         },
         FLAGS.repeats,
     )
-    return [
+    step_rows = step_profile(
+        {
+            "--model=mlp": (built[("mlp", 1, False, "memory")], r["memory"]),
+            "--model=ple_mlp, 1 member": (built[("ple_mlp", 1, False, "memory")], r["ple_mlp"]),
+            f"the default, {ENSEMBLE} members": (
+                built[("ple_mlp", ENSEMBLE, False, "memory")],
+                r["default"],
+            ),
+        },
+        dataset(),
+    )
+    return step_rows + [
         row(
             "training",
             "compiled loop, in memory",
@@ -365,6 +380,35 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             "1 member",
         ),
     ]
+
+
+def step_profile(measured: dict, dataset: tf.data.Dataset) -> list[dict]:
+    """Ops per step, arithmetic per example and the fraction of TensorFlow's fp32 matmul
+    rate (measured here) that each measured loop's examples/s reaches (issue 29)."""
+    features = next(iter(dataset))[0]
+    fp32 = step.matmul_gflops(tf.float32)
+    bf16 = step.matmul_gflops(tf.bfloat16)
+    rows = [
+        row("step", "matmul 2048x2048 fp32, GFLOP/s", fp32, None, "", unit="GFLOP/s"),
+        row("step", "matmul 2048x2048 bf16, GFLOP/s", bf16, fp32, "fp32", unit="GFLOP/s"),
+    ]
+    for name, ((loops, iterator), rate) in measured.items():
+        graph = loops.train.get_concrete_function(iterator, tf.constant(1)).graph
+        ops = sum(step.ops_per_step(graph.as_graph_def()).values())
+        per_example = 3 * step.forward_flops(loops.model, features) / FLAGS.batch_size
+        rows.append(row("step", f"{name}: ops per step", ops, None, "", unit="ops"))
+        rows.append(
+            row(
+                "step",
+                f"{name}: {per_example / 1e6:.2f} MFLOP/example, GFLOP/s",
+                rate * per_example / 1e9,
+                fp32,
+                "fp32 matmul",
+                ">= 0.30x (issue 29)",
+                unit="GFLOP/s",
+            )
+        )
+    return rows
 
 
 def task_run(
@@ -645,11 +689,15 @@ def machine() -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n{'section':<10} {'benchmark':<48} {'value':>14} {'ratio':>16}  target")
+    print(f"\n{'section':<10} {'benchmark':<56} {'value':>14} {'ratio':>16}  target")
     for r in rows:
-        value = f"{r['value']:,.2f} s" if r["unit"] == "s" else f"{r['value']:,.0f}/s"
+        value = {
+            "s": f"{r['value']:,.2f} s",
+            "ops": f"{r['value']:,.0f} ops",
+            "GFLOP/s": f"{r['value']:,.1f} GFLOP/s",
+        }.get(r["unit"], f"{r['value']:,.0f}/s")
         ratio = f"{r['ratio']:.2f}x {r['baseline']}" if r["ratio"] is not None else ""
-        print(f"{r['section']:<10} {r['name']:<48} {value:>14} {ratio:>16}  {r['target']}")
+        print(f"{r['section']:<10} {r['name']:<56} {value:>14} {ratio:>16}  {r['target']}")
 
 
 def _free_ports(n: int) -> list[int]:

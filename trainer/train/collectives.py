@@ -38,17 +38,30 @@ def count(graph_def, local_replicas: int = 1) -> tuple[float, float]:
     `graph_def`: of a traced `tf.function` with one `tf.range` loop
     (`fn.get_concrete_function(...).graph.as_graph_def()`).
     """
-    functions = {f.signature.name: f for f in graph_def.library.function}
-    loops = [n for n in graph_def.node if n.op in LOOPS]
-    if len(loops) != 1:
-        raise ValueError(f"expected one loop in the traced function, found {len(loops)}")
-    body = loops[0].attr["body"].func.name
-    inside = _reachable(functions, [body])
+    functions, body, inside = _loop(graph_def)
     outside = _reachable(functions, _called(graph_def.node), exclude={body})
     in_loop = sum(_collectives(functions[f].node_def) for f in inside)
     out_loop = sum(_collectives(functions[f].node_def) for f in outside - inside)
     out_loop += _collectives(graph_def.node)
     return in_loop / local_replicas, out_loop / local_replicas
+
+
+def loop_ops(graph_def) -> collections.Counter:
+    """The ops of one iteration of the traced function's loop (its body and every
+    function it calls), by op type."""
+    functions, _, inside = _loop(graph_def)
+    return collections.Counter(n.op for f in inside for n in functions[f].node_def)
+
+
+def _loop(graph_def) -> tuple[dict, str, set[str]]:
+    """(the graph's functions by name, its one loop's body, the functions that body
+    reaches)."""
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    loops = [n for n in graph_def.node if n.op in LOOPS]
+    if len(loops) != 1:
+        raise ValueError(f"expected one loop in the traced function, found {len(loops)}")
+    body = loops[0].attr["body"].func.name
+    return functions, body, _reachable(functions, [body])
 
 
 def _collectives(nodes) -> int:
