@@ -36,17 +36,39 @@ def test_forest_scores_equal_lightgbm_raw_scores(objective):
     params = {"objective": objective, "verbose": -1, "num_leaves": 15, "min_data_per_group": 5}
     if objective == "multiclass":
         params["num_class"] = 4
-    booster = lightgbm.train(
-        params, lightgbm.Dataset(x, y, categorical_feature=[1]), num_boost_round=40
+    _assert_forest_is_booster(
+        lightgbm.train(params, lightgbm.Dataset(x, y, categorical_feature=[1]), num_boost_round=40),
+        categorical=True,
     )
+
+
+@pytest.mark.parametrize("nan_in_training", [False, True])
+def test_forests_without_categories_take_their_shorter_path_to_the_same_scores(nan_in_training):
+    """Without categorical splits, and (first) without a missing value in training, the
+    forest skips those fields; NaN at prediction then counts as 0, as in LightGBM."""
+    x, signal = _data(3000)
+    if not nan_in_training:
+        x[:, 3] = np.nan_to_num(x[:, 3])
+    booster = lightgbm.train(
+        {"objective": "regression", "verbose": -1, "num_leaves": 15},
+        lightgbm.Dataset(x, signal, categorical_feature=[]),
+        num_boost_round=40,
+    )
+    arrays = _assert_forest_is_booster(booster, categorical=False)
+    assert np.any(arrays.missing != 0) == nan_in_training
+
+
+def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
     arrays = trees.from_lightgbm(booster.dump_model())
-    assert arrays.categorical.any() and arrays.depth > 2
+    assert arrays.categorical.any() == categorical and arrays.depth > 2
     test, _ = _data(500, seed=1)
     test[0, 1] = 40  # a slot never seen in training
+    test[1, :] = np.nan  # every feature missing
     expected = booster.predict(test, raw_score=True).reshape(len(test), -1)
     got = trees.Forest(arrays)(tf.constant(test)).numpy()
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, atol=1e-9)
+    return arrays
 
 
 def test_a_forest_of_single_leaves_is_its_constant():
