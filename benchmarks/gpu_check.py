@@ -54,7 +54,7 @@ def default_config() -> config_lib.Config:
     )
 
 
-def trained(strategy, schema, files, batch: int, steps: int, run_eagerly: bool = False):
+def built(strategy, schema, files, batch: int, steps: int, run_eagerly: bool = False):
     """(Loops, iterator over the training data) for the default model under `strategy`,
     built from seed 0; `steps` sets the length of its learning-rate schedule."""
     head = heads.make_head("binary", schema)
@@ -94,7 +94,7 @@ def eager_equals_compiled(strategy, schema, files, batch: int, steps: int) -> fl
     """Largest |eager - compiled| over weights and moments after `steps` steps."""
     after = []
     for eager in (False, True):
-        loops, iterator = trained(strategy, schema, files, batch, steps, run_eagerly=eager)
+        loops, iterator = built(strategy, schema, files, batch, steps, run_eagerly=eager)
         loops.train(iterator, tf.constant(steps))
         after.append(state(loops))
     return max(float(np.max(np.abs(a - b))) for a, b in zip(*after))
@@ -127,7 +127,7 @@ def main(argv):
         print(f"\n{'strategy':<28} {'batch':>6} {'examples/s':>12} {'GFLOP/s':>9} fp32  bf16")
         for label, strategy in strategies.items():
             for batch in map(int, FLAGS.batch_sizes):
-                loops, iterator = trained(strategy, schema, files, batch, FLAGS.steps)
+                loops, iterator = built(strategy, schema, files, batch, FLAGS.steps)
                 features = next(
                     iter(inputs.make_dataset(files, schema, batch_size=batch, training=False))
                 )
