@@ -265,20 +265,10 @@ def cores(files) -> list[dict]:
 
 
 def model_config(model: str = "mlp", ensemble_size: int = 1) -> config_lib.Config:
-    """The benchmark's model settings (the data and output paths are not used): `mlp` at
-    HIDDEN units, the model every row has measured since the first run (the default
-    before `ple_mlp`), or another built-in `model` at its own, with `ensemble_size`
-    members."""
-    return config_lib.make_config(
-        env={},
-        train_data="x",
-        label="label",
-        task="binary",
-        job_dir="/tmp/unused",
-        model=model,
-        hidden_units=HIDDEN if model == "mlp" else None,
-        ensemble_size=ensemble_size,
-    )
+    """The benchmark's model settings: `mlp` at HIDDEN units, the model every row has
+    measured since the first run (the default before `ple_mlp`), or another built-in
+    `model` at its own, with `ensemble_size` members."""
+    return step.model_config(model, ensemble_size, HIDDEN if model == "mlp" else None)
 
 
 def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]:
@@ -292,9 +282,9 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             files, schema, batch_size=batch, training=True, seed=1, cache=cache
         )
 
-    built = {}  # row name -> (loops, iterator): the step section looks inside them
+    built = {}  # rate's name -> (loops, iterator): the step rows look inside them
 
-    def loop(run_eagerly: bool, n_steps: int, cache: str, name: str = "mlp", members: int = 1):
+    def loop(key: str, run_eagerly: bool, n_steps: int, cache: str, name="mlp", members: int = 1):
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, model_config(name, members))
         # ple_mlp's rate schedule needs a length; it does not change the cost of a step.
@@ -302,7 +292,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         optimizer.build(model.trainable_variables)
         loops = training.Loops(strategy, model, optimizer, head, batch, run_eagerly)
         iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset(cache)))
-        built[(name, members, run_eagerly, cache)] = loops, iterator
+        built[key] = loops, iterator
 
         def run():
             loops.train(iterator, tf.constant(n_steps))
@@ -327,23 +317,20 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
 
     r = interleaved_rates(
         {
-            "memory": loop(False, steps, "memory"),
-            "stream": loop(False, steps, "stream"),
-            "eager": loop(True, max(steps // 10, 10), "memory"),
-            "ple_mlp": loop(False, steps, "memory", "ple_mlp"),
-            "default": loop(False, steps, "memory", "ple_mlp", ENSEMBLE),
+            "memory": loop("memory", False, steps, "memory"),
+            "stream": loop("stream", False, steps, "stream"),
+            "eager": loop("eager", True, max(steps // 10, 10), "memory"),
+            "ple_mlp": loop("ple_mlp", False, steps, "memory", "ple_mlp"),
+            "default": loop("default", False, steps, "memory", "ple_mlp", ENSEMBLE),
             "fit": fit(),
         },
         FLAGS.repeats,
     )
     step_rows = step_profile(
         {
-            "--model=mlp": (built[("mlp", 1, False, "memory")], r["memory"]),
-            "--model=ple_mlp, 1 member": (built[("ple_mlp", 1, False, "memory")], r["ple_mlp"]),
-            f"the default, {ENSEMBLE} members": (
-                built[("ple_mlp", ENSEMBLE, False, "memory")],
-                r["default"],
-            ),
+            "--model=mlp": (built["memory"], r["memory"]),
+            "--model=ple_mlp, 1 member": (built["ple_mlp"], r["ple_mlp"]),
+            f"the default, {ENSEMBLE} members": (built["default"], r["default"]),
         },
         dataset(),
     )

@@ -33,6 +33,7 @@ from trainer.plan import defaults  # noqa: E402
 from trainer.train import loops as training  # noqa: E402
 
 FLAGS = flags.FLAGS
+DEFAULT = config_lib.Config.model  # the job's default model
 flags.DEFINE_integer("examples", 65_536, "Generated training examples.")
 flags.DEFINE_list("batch_sizes", ["64", "1024"], "Global batch sizes to time.")
 flags.DEFINE_integer("steps", 400, "Timed steps per batch size (after a warm-up loop).")
@@ -41,24 +42,11 @@ flags.DEFINE_float("tolerance", 1e-5, "Largest |eager - compiled| weight or mome
 flags.DEFINE_bool("cpu_fallback", False, "No GPU: small sizes, to show the check runs (CI).")
 
 
-def default_config() -> config_lib.Config:
-    """The job's default model, with the members the plan gives it (its data and output
-    paths are not used here)."""
-    return config_lib.make_config(
-        env={},
-        train_data="x",
-        label="label",
-        task="binary",
-        job_dir="/tmp/unused",
-        ensemble_size=defaults.ENSEMBLE_SIZE[config_lib.Config.model],
-    )
-
-
 def built(strategy, schema, files, batch: int, steps: int, run_eagerly: bool = False):
     """(Loops, iterator over the training data) for the default model under `strategy`,
     built from seed 0; `steps` sets the length of its learning-rate schedule."""
     head = heads.make_head("binary", schema)
-    config = default_config()
+    config = step.model_config(DEFAULT, defaults.ENSEMBLE_SIZE[DEFAULT])
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, config)

@@ -15,11 +15,29 @@ import time
 
 import tensorflow as tf
 
+from trainer.base import config as config_lib
 from trainer.train import collectives
 
 # What the loop's body runs without computing: graph plumbing, not kernels dispatched.
 PLUMBING = frozenset({"Const", "Identity", "NoOp", "Placeholder", "_Arg", "_Retval"})
 PRODUCTS = frozenset({"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"})
+
+
+def model_config(
+    model: str, ensemble_size: int, hidden_units: tuple[int, ...] | None = None
+) -> config_lib.Config:
+    """A built-in `model` with `ensemble_size` members (at its own width unless
+    `hidden_units`), as the benchmarks build it: data and output paths unused."""
+    return config_lib.make_config(
+        env={},
+        train_data="x",
+        label="label",
+        task="binary",
+        job_dir="/tmp/unused",
+        model=model,
+        hidden_units=hidden_units,
+        ensemble_size=ensemble_size,
+    )
 
 
 def matmul_gflops(dtype: tf.DType, n: int = 2048, seconds: float = 1.0) -> float:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+import tensorflow as tf
 
+from trainer import sample_data
 from trainer.base import config as config_lib
 from trainer.base import contracts
 from trainer.base import storage as storage_lib
@@ -123,10 +125,6 @@ def test_classes_the_schema_sample_missed_are_found_in_the_training_files(
 ):
     """Records sorted by label (a table exported in order): the first records hold one
     class only; the plan still knows every class."""
-    import tensorflow as tf
-
-    from trainer import sample_data
-
     records = sample_data.make_examples(300, "multiclass", seed=3)
 
     def label(record: bytes) -> str:

@@ -29,6 +29,9 @@ from trainer.data.schema import (
     check_classes,
 )
 
+# The schema's dtype of each kind of tf.train.Feature.
+DTYPE_OF_KIND = {"float_list": "float", "int64_list": "int", "bytes_list": "string"}
+
 
 class _Stats:
     """Running statistics of one feature over the sampled records."""
@@ -212,14 +215,13 @@ def _targets(labels: dict[int, Any], label: Label, records: int) -> np.ndarray:
 def sampled_labels(records: Iterable[tuple[str, bytes]], label: str) -> tuple[str | None, set]:
     """The schema dtype of `label` in `records` (None: no record has it) and the values
     the records hold."""
-    kinds = {"float_list": "float", "int64_list": "int", "bytes_list": "string"}
     dtype: str | None = None
     values: set = set()
     for _, serialized in records:
         feature = tf.train.Example.FromString(serialized).features.feature.get(label)
         kind = feature.WhichOneof("kind") if feature is not None else None
         if kind:
-            dtype = kinds[kind]
+            dtype = DTYPE_OF_KIND[kind]
             values.update(
                 v.decode("utf-8", "replace") if isinstance(v, bytes) else v
                 for v in getattr(feature, kind).value
@@ -230,7 +232,7 @@ def sampled_labels(records: Iterable[tuple[str, bytes]], label: str) -> tuple[st
 def _infer_label(name: str, s: _Stats, task: str, known: set) -> Label:
     if s.size != 1:
         raise SchemaError(f"label {name!r} has {s.size} values per record, expected 1")
-    dtype = {"float_list": "float", "int64_list": "int", "bytes_list": "string"}[s.kind]
+    dtype = DTYPE_OF_KIND[s.kind]
     if task == "regression":
         if dtype == "string":
             raise SchemaError(f"label {name!r} is a string; --task=regression needs numbers")
