@@ -36,17 +36,27 @@ FLAGS = flags.FLAGS
 DEFAULT = config_lib.Config.model  # the job's default model
 flags.DEFINE_integer("examples", 65_536, "Generated training examples.")
 flags.DEFINE_list("batch_sizes", ["64", "1024"], "Global batch sizes to time.")
+flags.DEFINE_list("precisions", ["float32", "bfloat16"], "--precision values to time.")
 flags.DEFINE_integer("steps", 400, "Timed steps per batch size (after a warm-up loop).")
 flags.DEFINE_integer("check_steps", 5, "Steps of the eager = compiled check.")
 flags.DEFINE_float("tolerance", 1e-5, "Largest |eager - compiled| weight or moment allowed.")
 flags.DEFINE_bool("cpu_fallback", False, "No GPU: small sizes, to show the check runs (CI).")
 
 
-def built(strategy, schema, files, batch: int, steps: int, run_eagerly: bool = False):
+def built(
+    strategy,
+    schema,
+    files,
+    batch: int,
+    steps: int,
+    run_eagerly: bool = False,
+    precision: str = "float32",
+):
     """(Loops, iterator over the training data) for the default model under `strategy`,
-    built from seed 0; `steps` sets the length of its learning-rate schedule."""
+    multiplying in `precision`, built from seed 0; `steps` sets the length of its
+    learning-rate schedule."""
     head = heads.make_head("binary", schema)
-    config = step.model_config(DEFAULT, defaults.ENSEMBLE_SIZE[DEFAULT])
+    config = step.model_config(DEFAULT, defaults.ENSEMBLE_SIZE[DEFAULT], precision=precision)
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, config)
@@ -112,10 +122,16 @@ def main(argv):
         strategies = {"OneDeviceStrategy": tf.distribute.OneDeviceStrategy(device)}
         if len(gpus) >= 2:  # one MirroredStrategy per process: two corrupt each other
             strategies[f"MirroredStrategy, {len(gpus)} GPUs"] = tf.distribute.MirroredStrategy()
-        print(f"\n{'strategy':<28} {'batch':>6} {'examples/s':>12} {'GFLOP/s':>9} fp32  bf16")
+        print(
+            f"\n{'strategy':<28} {'precision':<9} {'batch':>6} {'examples/s':>12} "
+            f"{'GFLOP/s':>9} fp32  bf16"
+        )
+        runs = [(b, p) for p in FLAGS.precisions for b in map(int, FLAGS.batch_sizes)]
         for label, strategy in strategies.items():
-            for batch in map(int, FLAGS.batch_sizes):
-                loops, iterator = built(strategy, schema, files, batch, FLAGS.steps)
+            for batch, precision in runs:
+                loops, iterator = built(
+                    strategy, schema, files, batch, FLAGS.steps, precision=precision
+                )
                 features = next(
                     iter(inputs.make_dataset(files, schema, batch_size=batch, training=False))
                 )
@@ -123,7 +139,7 @@ def main(argv):
                 examples = rate(loops, iterator, batch, FLAGS.steps)
                 flops = examples * per_example / 1e9
                 print(
-                    f"{label:<28} {batch:>6} {examples:>12,.0f} {flops:>9,.1f} "
+                    f"{label:<28} {precision:<9} {batch:>6} {examples:>12,.0f} {flops:>9,.1f} "
                     f"{flops / fp32:.2f}x {flops / bf16:.2f}x"
                 )
 

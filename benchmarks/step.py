@@ -24,10 +24,14 @@ PRODUCTS = frozenset({"MatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"})
 
 
 def model_config(
-    model: str, ensemble_size: int, hidden_units: tuple[int, ...] | None = None
+    model: str,
+    ensemble_size: int,
+    hidden_units: tuple[int, ...] | None = None,
+    precision: str = "float32",
 ) -> config_lib.Config:
     """A built-in `model` with `ensemble_size` members (at its own width unless
-    `hidden_units`), as the benchmarks build it: data and output paths unused."""
+    `hidden_units`) multiplying in `precision`, as the benchmarks build it: data and
+    output paths unused."""
     return config_lib.make_config(
         env={},
         train_data="x",
@@ -37,6 +41,7 @@ def model_config(
         model=model,
         hidden_units=hidden_units,
         ensemble_size=ensemble_size,
+        precision=precision,
     )
 
 

@@ -16,7 +16,7 @@ exec "$venv/bin/python" -m pytest tests/test_training.py tests/test_optimizers.p
   tests/test_export.py tests/test_model.py tests/test_inputs.py tests/test_schema.py \
   tests/test_metrics.py tests/test_weights.py tests/test_variable_length.py \
   tests/test_plan.py tests/test_controller.py tests/test_ensemble.py tests/test_trees.py \
-  tests/test_forest.py \
+  tests/test_forest.py tests/test_precision.py \
   "tests/test_end_to_end.py::test_three_workers_match_one_process" \
   "tests/test_faults.py::test_sigkill_then_restart_ends_with_the_uninterrupted_weights[auto]" \
   "tests/test_faults.py::test_sigterm_to_one_worker_stops_the_whole_cluster_and_resumes_exactly" \

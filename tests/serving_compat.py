@@ -64,13 +64,17 @@ def flatten(answer: dict) -> tuple[list, np.ndarray]:
 
 
 # The default for every task; mlp differs only in standardising numbers, so once (20 s
-# of a CI run near its 30 minutes, 2026-12-04).
-@pytest.mark.parametrize("task, model", [(t, "ple_mlp") for t in TASKS] + [("regression", "mlp")])
+# of a CI run near its 30 minutes, 2026-12-04); a job trained in bf16 exports float32.
+@pytest.mark.parametrize(
+    "task, model, precision",
+    [(t, "ple_mlp", "float32") for t in TASKS]
+    + [("regression", "mlp", "float32"), ("binary", "ple_mlp", "bfloat16")],
+)
 def test_tf_2_15_serves_the_export_like_this_tensorflow(
-    fake_gcs, store, serving_python, tmp_path, task, model
+    fake_gcs, store, serving_python, tmp_path, task, model, precision
 ):
-    job_dir = f"gs://{BUCKET}/jobs/serving-{task}-{model}"
-    run_job(make_config(fake_gcs, job_dir, task, model=model, trees="auto"))
+    job_dir = f"gs://{BUCKET}/jobs/serving-{task}-{model}-{precision}"
+    run_job(make_config(fake_gcs, job_dir, task, model=model, trees="auto", precision=precision))
     model_dir = store.path(f"{job_dir}/model")
     model = tf.saved_model.load(model_dir)
     records = read_records(store, data_globs(task)[1], 16)

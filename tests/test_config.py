@@ -88,6 +88,11 @@ def test_config_is_frozen_and_serialisable():
             "--ensemble_size=4 is for the built-in models; --model_fn='m:f' builds its own",
         ),
         (dict(trees="on"), "--trees='on': expected one of auto, off"),
+        (dict(precision="fp16"), "--precision='fp16': expected one of float32, bfloat16"),
+        (
+            dict(precision="bfloat16", model_fn="m:f"),
+            "--precision=bfloat16 is for the built-in models; --model_fn='m:f' sets its own",
+        ),
     ],
 )
 def test_bad_values_name_the_flag(overrides, fragment):

@@ -50,6 +50,28 @@ def test_default_train_steps_are_capped_on_large_data():
     assert defaults.train_steps(3_100_000, 64)[0] == 484_375
 
 
+@pytest.mark.parametrize("replicas, expected", [(1, 64), (2, 64), (3, 66), (5, 65), (128, 128)])
+def test_an_unset_batch_splits_evenly_across_the_replicas(replicas, expected):
+    batch, why = defaults.batch_size(replicas)
+    assert batch == expected and batch % replicas == 0 and batch >= 64
+    if expected == 64:
+        assert why == "--batch_size unset"
+    else:
+        assert why == f"--batch_size unset: 64, rounded up to a multiple of {replicas} replicas"
+
+
+def test_precision_is_asked_for_and_the_plan_says_what_the_machine_has():
+    assert defaults.precision("float32", None, None) == ("float32", "--precision=float32")
+    value, why = defaults.precision("float32", None, "AMX (CPU)")
+    assert value == "float32" and "AMX (CPU) multiplies bf16: --precision=bfloat16" in why
+    assert defaults.precision("bfloat16", None, "AMX (CPU)") == (
+        "bfloat16",
+        "--precision=bfloat16 (AMX (CPU))",
+    )
+    assert "slower than float32" in defaults.precision("bfloat16", None, None)[1]
+    assert defaults.precision("float32", "m:f", "AMX (CPU)")[1].startswith("--model_fn builds")
+
+
 def test_default_metric_and_evaluation_interval():
     assert defaults.selection_metric("regression")[0] == "rootMeanSquaredError"
     assert defaults.selection_metric("binary")[0] == "logLoss"

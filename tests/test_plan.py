@@ -23,25 +23,35 @@ from conftest import make_config, run_job
 def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     """The tiny binary data: 512 training records in 4 files, validation files given."""
     config = make_config(
-        fake_gcs, job_uri, train_steps=None, hidden_units=None, eval_every_steps=None, trees="auto"
+        fake_gcs,
+        job_uri,
+        train_steps=None,
+        batch_size=None,
+        hidden_units=None,
+        eval_every_steps=None,
+        trees="auto",
     )
     plan = plan_lib.make_plan(config)
     assert plan.train_records == 512 and plan.counted_to is None
-    assert plan.train_steps == 1000  # 10 epochs at batch 32 is 160: at least 1,000
+    assert plan.batch_size == 64
+    assert plan.train_steps == 1000  # 10 epochs at batch 64 is 80: at least 1,000
     assert plan.hidden_units == (64, 32)  # fewer than 3,000 records
     assert plan.eval_every_steps == 50  # 20 evaluations over 1,000 steps, loops of 10
     assert plan.selection_metric == "logLoss" and plan.cache == "memory"
     assert plan.seed == 7 and plan.head.task == "binary" and len(plan.splits.train_files) == 4
     # What was asked stays as asked; what was not decided reads through.
-    assert plan.config.train_steps is None and plan.batch_size == 32
+    assert plan.config.train_steps is None and plan.learning_rate == config.learning_rate
     assert plan.resolved().train_steps == 1000 and plan.resolved().hidden_units == (64, 32)
+    assert plan.config.batch_size is None and plan.resolved().batch_size == 64
     assert plan.ensemble_size == defaults.ENSEMBLE_SIZE["ple_mlp"]
     assert plan.resolved().ensemble_size == plan.ensemble_size
     assert [what for what, _ in plan.reasons] == [
+        "batch_size",
         "train_steps",
         "hidden_units",
         "ensemble_size",
         "trees",
+        "precision",
         "eval_every_steps",
         "selection_metric",
         "cache",
@@ -50,7 +60,7 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     table = plan.table()
     assert "512 records" in table and "64,32 (--model=ple_mlp on 512 training records" in table
     written = plan_lib.json_form(plan.to_json())
-    assert written["decided"]["train_steps"] == 1000
+    assert written["decided"]["train_steps"] == 1000 and written["decided"]["batch_size"] == 64
     assert written["decided"]["ensemble_size"] == plan.ensemble_size
     assert plan.trees and written["decided"]["trees"]  # validation data, LightGBM installed
     assert written["data"]["train_records"] == 512
@@ -63,6 +73,16 @@ def test_given_flags_are_kept_and_only_what_needs_a_count_counts(fake_gcs, job_u
     plan = plan_lib.make_plan(make_config(fake_gcs, job_uri, model="mlp"))
     assert (plan.train_steps, plan.hidden_units, plan.train_records) == (20, (16, 8), None)
     assert plan.records_of_stream() is None
+
+
+def test_an_unset_batch_splits_across_the_replicas_without_a_count(fake_gcs, job_uri, monkeypatch):
+    """--train_steps given, --batch_size not: nothing is counted, and three replicas get
+    66, not an error."""
+    monkeypatch.setattr(records, "count", lambda *a, **k: pytest.fail("counted"))
+    config = make_config(fake_gcs, job_uri, model="mlp", batch_size=None, cpu_devices=3)
+    plan = plan_lib.make_plan(config, replicas=3)
+    assert (plan.train_records, plan.batch_size, plan.train_steps) == (None, 66, 20)
+    assert dict(plan.reasons)["batch_size"].startswith("66 (--batch_size unset: 64, rounded up")
 
 
 @pytest.mark.parametrize(

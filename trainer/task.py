@@ -99,7 +99,10 @@ flags.DEFINE_string(
     "tensorboard_dir", None, "Default: $AIP_TENSORBOARD_LOG_DIR, else <job_dir>/logs."
 )
 flags.DEFINE_integer(
-    "batch_size", D["batch_size"], "Global batch size, split evenly across replicas."
+    "batch_size",
+    D["batch_size"],
+    "Global batch size, split evenly across replicas; unset: "
+    f"{defaults.DEFAULT_BATCH_SIZE}, rounded up to a multiple of the replicas.",
 )
 flags.DEFINE_integer(
     "train_steps",
@@ -152,6 +155,14 @@ flags.DEFINE_enum(
     "ops in the same SavedModel) blended with the built-in model, weighed on the "
     f"validation data; auto: for --model={'/'.join(defaults.TREES_JOIN)} whenever there "
     "is validation data; off: the neural model alone.",
+)
+flags.DEFINE_enum(
+    "precision",
+    D["precision"],
+    list(config_lib.PRECISIONS),
+    "What the built-in model's hidden layers multiply in: bfloat16 (the weights, the loss "
+    "and the export stay float32; fast where the machine multiplies bf16 natively: AMX "
+    "CPUs, GPUs of compute capability 8.0+) or float32.",
 )
 flags.DEFINE_integer(
     "steps_per_loop", D["steps_per_loop"], "Steps per compiled inner loop (one log line)."

@@ -33,6 +33,7 @@ CACHE_POLICIES = ("auto", "memory", "off")
 # The boosted-trees member blended with the built-in models (trainer.train.forest):
 # auto: when there is validation data to blend on (trainer.plan.defaults.trees).
 TREES = ("auto", "off")
+PRECISIONS = ("float32", "bfloat16")
 
 
 class ConfigError(ValueError):
@@ -53,13 +54,14 @@ class Config:
     test_data: str | None = None
     weight: str | None = None
     schema: str | None = None
-    batch_size: int = 64
+    batch_size: int | None = None  # None: decided from the data (trainer.plan.defaults)
     train_steps: int | None = None  # None: decided from the data (trainer.plan.defaults)
     learning_rate: float = 1e-3
     model: str = "ple_mlp"
     hidden_units: tuple[int, ...] | None = None  # None: the --model's own
     ensemble_size: int | None = None  # None: decided (trainer.plan.defaults)
     trees: str = "auto"
+    precision: str = "float32"
     steps_per_loop: int = 100
     eval_every_steps: int | None = None  # None: decided (trainer.plan.defaults)
     eval_steps: int = 0
@@ -211,16 +213,12 @@ def validate(config: Config) -> None:
     _one_of("shard_by", config.shard_by, SHARD_POLICIES)
     _one_of("cache", config.cache, CACHE_POLICIES)
     _one_of("trees", config.trees, TREES)
-    for name in (
-        "batch_size",
-        "steps_per_loop",
-        "shuffle_buffer",
-        "schema_sample_records",
-        "cpu_devices",
-    ):
+    _one_of("precision", config.precision, PRECISIONS)
+    for name in ("steps_per_loop", "shuffle_buffer", "schema_sample_records", "cpu_devices"):
         _at_least(name, getattr(config, name), 1)
-    if config.train_steps is not None:
-        _at_least("train_steps", config.train_steps, 1)
+    for name in ("batch_size", "train_steps"):
+        if getattr(config, name) is not None:
+            _at_least(name, getattr(config, name), 1)
     if config.ensemble_size is not None:
         _at_least("ensemble_size", config.ensemble_size, 1)
         if config.model_fn and config.ensemble_size > 1:
@@ -229,6 +227,11 @@ def validate(config: Config) -> None:
                 f"--model_fn={config.model_fn!r} builds its own (return (batch, k, outputs) "
                 "logits for an ensemble)"
             )
+    if config.model_fn and config.precision != "float32":
+        raise ConfigError(
+            f"--precision={config.precision} is for the built-in models; "
+            f"--model_fn={config.model_fn!r} sets its own layers' dtype policy"
+        )
     for name in ("eval_steps", "checkpoint_every_steps", "early_stopping_patience"):
         _at_least(name, getattr(config, name), 0)
     if config.eval_every_steps is not None:

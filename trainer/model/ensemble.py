@@ -117,11 +117,18 @@ class Heads(keras.layers.Layer):
 
 
 def members_body(
-    x, chunks: tuple[int, ...], hidden_units: tuple[int, ...], k: int, outputs: int, seed: int
+    x,
+    chunks: tuple[int, ...],
+    hidden_units: tuple[int, ...],
+    k: int,
+    outputs: int,
+    seed: int,
+    dtype: str = "float32",
 ):
     """The ensemble after the encoded features `x` ([batch, d]): hidden layers of
-    `hidden_units`, k members, and [batch, k, outputs] logits."""
-    h = Members(hidden_units[0], k, chunks, seed, name="hidden_0")(x)
+    `hidden_units` (Keras dtype policy `dtype`), k members, and [batch, k, outputs]
+    float32 logits."""
+    h = Members(hidden_units[0], k, chunks, seed, name="hidden_0", dtype=dtype)(x)
     for i, units in enumerate(hidden_units[1:], start=1):
-        h = BatchEnsembleDense(units, name=f"hidden_{i}")(h)
-    return Heads(outputs, name="logits")(h)
+        h = BatchEnsembleDense(units, name=f"hidden_{i}", dtype=dtype)(h)
+    return Heads(outputs, name="logits", dtype="float32")(h)

@@ -18,7 +18,7 @@ import keras
 
 from trainer.base import config as config_lib
 from trainer.data import schema as schema_lib
-from trainer.model import ensemble
+from trainer.model import ensemble, precision
 
 ModelFn = Callable[..., keras.Model]
 
@@ -216,15 +216,16 @@ def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.
     parts = encode(inputs, schema, numeric="ple" if config.model == "ple_mlp" else "standard")
     x = _joined(parts)
     units = config.hidden_units or config_lib.HIDDEN_UNITS[config.model]
+    hidden = precision.policy(config)  # the logits stay float32 whatever it is
     if (config.ensemble_size or 1) > 1:
         chunks = tuple(int(p.shape[-1]) for p in parts)
         logits = ensemble.members_body(
-            x, chunks, units, config.ensemble_size, num_outputs, config.effective_seed()
+            x, chunks, units, config.ensemble_size, num_outputs, config.effective_seed(), hidden
         )
         return keras.Model(inputs=inputs, outputs=logits, name="tabular")
     for i, width in enumerate(units):
-        x = keras.layers.Dense(width, activation="relu", name=f"hidden_{i}")(x)
-    logits = keras.layers.Dense(num_outputs, name="logits")(x)
+        x = keras.layers.Dense(width, activation="relu", name=f"hidden_{i}", dtype=hidden)(x)
+    logits = keras.layers.Dense(num_outputs, name="logits", dtype="float32")(x)
     return keras.Model(inputs=inputs, outputs=logits, name="tabular")
 
 

@@ -21,11 +21,16 @@ from trainer.base import storage as storage_lib
 # ones only fit noise (diabetes, 3,000 steps: 1.39x against 1.21x).
 DEFAULT_EPOCHS = 10
 MIN_DEFAULT_STEPS = 1000
-# A default job's length is bounded whatever the data's size: 10 epochs of 10M records at
-# batch 64 would be 1.56M steps; 500,000 steps are 32M examples (3.2 epochs of 10M), about
-# 4 minutes of the default model's steps on this project's 2-core machine (2,270 steps/s
-# at batch 64; `--model=ple_mlp`: 890 steps/s, 9.4 minutes).
+# A default job's length is bounded whatever the data's size: 10 epochs of 100M records
+# at batch 256 would be 3.9M steps; 500,000 steps are 128M examples (1.3 epochs of 100M).
 MAX_DEFAULT_STEPS = 500_000
+# An unset --batch_size is this, rounded up to a multiple of the replicas. Larger batches
+# run the default model's step nearer the machine's matmul rate (0.21 of fp32 at 64, 0.40
+# at 256: docs/results/2026-12-05-step.md), but fewer updates can cost quality: 256 from
+# 25,600 training records lost on flights (1 - AUC 1.04x, all three seeds); 128 from
+# 12,800 held quality on the 8 of its 16 benchmark tables measured so far. Until the other
+# 8 are, the batch stays (docs/decisions.md).
+DEFAULT_BATCH_SIZE = 64
 # Evaluations per run when --eval_every_steps is unset: often enough to catch the best
 # model (RealMLP selects the best of every epoch; the default run is 10 epochs), rarely
 # enough that evaluation stays a small part of the run.
@@ -71,6 +76,37 @@ def trees(policy: str, model: str, model_fn: str | None, validation: bool) -> tu
     if importlib.util.find_spec("lightgbm") is None:
         return False, "LightGBM is not installed (pip install lightgbm)"
     return True, "auto: LightGBM's trees blended with the neural model, weighed on validation"
+
+
+def batch_size(replicas: int) -> tuple[int, str]:
+    """The global batch without --batch_size: DEFAULT_BATCH_SIZE, rounded up to a
+    multiple of `replicas` so that it splits evenly, and why."""
+    b = -(-DEFAULT_BATCH_SIZE // replicas) * replicas
+    if b == DEFAULT_BATCH_SIZE:
+        return b, "--batch_size unset"
+    return b, (
+        f"--batch_size unset: {DEFAULT_BATCH_SIZE}, rounded up to a multiple of {replicas} replicas"
+    )
+
+
+def precision(policy: str, model_fn: str | None, units: str | None) -> tuple[str, str]:
+    """What the built-in model's hidden layers multiply in ('float32' or 'bfloat16'),
+    and why; `units`: what multiplies bf16 natively on this machine, if anything.
+    bfloat16 is asked for, not chosen: its quality on the benchmark tables and the
+    equivalence tests under it are still to come (docs/limitations.md)."""
+    if model_fn:  # config.validate refuses --precision=bfloat16 with it
+        return "float32", "--model_fn builds its own layers (their dtype policy is its own)"
+    if policy == "bfloat16":
+        return (
+            policy,
+            f"--precision=bfloat16 ({units or 'no bf16 units here: slower than float32'})",
+        )
+    if units:
+        return policy, (
+            f"--precision={policy}; {units} multiplies bf16: --precision=bfloat16 would "
+            "use it (docs/guide/performance.md)"
+        )
+    return policy, f"--precision={policy}"
 
 
 def train_steps(n: int, batch_size: int) -> tuple[int, str]:

@@ -25,7 +25,7 @@ from trainer.base import storage as storage_lib
 from trainer.data import inference, inputs, records, scan
 from trainer.data import schema as schema_lib
 from trainer.data import splits as splits_lib
-from trainer.model import heads
+from trainer.model import heads, precision
 from trainer.plan import defaults
 
 
@@ -33,8 +33,8 @@ from trainer.plan import defaults
 class Plan:
     """What a job was asked (`config`) and what it decided, read-only.
 
-    A field of `Config` that the plan does not decide reads through: `plan.batch_size` is
-    `plan.config.batch_size`, while `plan.train_steps` is the decided number of steps
+    A field of `Config` that the plan does not decide reads through: `plan.learning_rate`
+    is `plan.config.learning_rate`, while `plan.train_steps` is the decided number of steps
     (`plan.config.train_steps` what was asked, perhaps None). Model builders receive the
     plan as their `config` argument.
     """
@@ -50,10 +50,12 @@ class Plan:
     train_records: int | None  # kept training records, counted up to `counted_to`
     counted_to: int | None  # the count's limit; None: all records were counted
     cache: str  # 'memory' or 'stream'
+    batch_size: int  # global, a multiple of `replicas`
     train_steps: int
     hidden_units: tuple[int, ...] | None  # None: the --model_fn's own
     ensemble_size: int | None  # members of a built-in model; None: the --model_fn's own
     trees: bool  # boosted trees blended in at the end (trainer.train.forest)
+    precision: str  # what the built-in model's hidden layers multiply in (model.precision)
     eval_every_steps: int
     selection_metric: str
     reasons: tuple[tuple[str, str], ...]  # (what, why) of each decision, in order
@@ -72,9 +74,11 @@ class Plan:
         (contracts.CONFIG_FILE; given as flags, they repeat the run)."""
         return dataclasses.replace(
             self.config,
+            batch_size=self.batch_size,
             train_steps=self.train_steps,
             hidden_units=self.hidden_units,
             ensemble_size=self.ensemble_size,
+            precision=self.precision,
             eval_every_steps=self.eval_every_steps,
             selection_metric=self.selection_metric,
         )
@@ -87,10 +91,12 @@ class Plan:
         """contracts.PLAN_FILE: the decisions with their reasons, and the data's facts."""
         return {
             "decided": {
+                "batch_size": self.batch_size,
                 "train_steps": self.train_steps,
                 "hidden_units": list(self.hidden_units or ()) or None,
                 "ensemble_size": self.ensemble_size,
                 "trees": self.trees,
+                "precision": self.precision,
                 "eval_every_steps": self.eval_every_steps,
                 "selection_metric": self.selection_metric,
                 "cache": self.cache,
@@ -140,7 +146,7 @@ def make_plan(config: config_lib.Config, replicas: int = 1) -> Plan:
     Raises:
       ConfigError, StorageError, SchemaError, DataError: naming the flag, file or feature.
     """
-    if config.batch_size % replicas:
+    if config.batch_size is not None and config.batch_size % replicas:
         raise config_lib.ConfigError(
             f"--batch_size={config.batch_size} does not divide evenly across {replicas} "
             f"replicas; use a multiple of {replicas}"
@@ -160,7 +166,7 @@ def make_plan(config: config_lib.Config, replicas: int = 1) -> Plan:
         # The model's width needs to know only whether the data is small.
         counted_to = None if config.train_steps is None else defaults.SMALL_DATA_RECORDS
         n = _count(config, storage, splits, schema, fingerprint, counted_to)
-    decided, reasons = _decide(config, splits, n, sum(sizes))
+    decided, reasons = _decide(config, splits, n, sum(sizes), replicas)
     return Plan(
         config=config,
         splits=splits,
@@ -186,19 +192,27 @@ def _sized(config: config_lib.Config) -> bool:
 
 
 def _decide(
-    config: config_lib.Config, splits: splits_lib.Splits, n: int | None, train_bytes: int
+    config: config_lib.Config,
+    splits: splits_lib.Splits,
+    n: int | None,
+    train_bytes: int,
+    replicas: int,
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Every default the flags left unset, and (what, why) of each decision worth a line
     (on `n` training records, counted when a rule needs them)."""
     decided: dict[str, Any] = {
+        "batch_size": config.batch_size,
         "train_steps": config.train_steps,
         "hidden_units": config.hidden_units,
         "eval_every_steps": config.eval_every_steps,
     }
     reasons = []
+    if config.batch_size is None:
+        decided["batch_size"], why = defaults.batch_size(replicas)
+        reasons.append(("batch_size", f"{decided['batch_size']} ({why})"))
     if config.train_steps is None:
         assert n is not None
-        decided["train_steps"], why = defaults.train_steps(n, config.batch_size)
+        decided["train_steps"], why = defaults.train_steps(n, decided["batch_size"])
         reasons.append(("train_steps", f"{decided['train_steps']:,} ({why})"))
     if _sized(config):
         assert n is not None
@@ -214,6 +228,10 @@ def _decide(
         config.trees, config.model, config.model_fn, bool(splits.validation_files)
     )
     reasons.append(("trees", f"{'yes' if decided['trees'] else 'no'} ({why})"))
+    decided["precision"], why = defaults.precision(
+        config.precision, config.model_fn, precision.bf16_units()
+    )
+    reasons.append(("precision", f"{decided['precision']} ({why})"))
     if config.eval_every_steps is None:
         every, why = defaults.eval_every(decided["train_steps"], config.steps_per_loop)
         decided["eval_every_steps"] = every

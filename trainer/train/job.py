@@ -24,7 +24,7 @@ from trainer.data import inputs, scan
 from trainer.data import schema as schema_lib
 from trainer.evaluate import evaluation, importance, profile
 from trainer.evaluate import metrics as metrics_lib
-from trainer.model import heads, optimizers
+from trainer.model import heads, optimizers, precision
 from trainer.model import tabular as model_lib
 from trainer.plan import plan as plan_lib
 from trainer.train import actions as actions_lib
@@ -250,6 +250,15 @@ class _Job:
         """Puts the selected model in place, evaluates it and exports it."""
         plan = self.plan
         selected = self.selection.restore_best() if self.selection else None
+        if plan.precision != "float32":  # from here on float32: what is exported
+            with self.strategy.scope():
+                model = precision.float32_copy(
+                    self.loops.model,
+                    lambda config: model_lib.build(plan.schema, plan.head.units, config),
+                    plan,
+                )
+            self.loops = self.loops.with_model(model)
+            validate = self._evaluator(plan.splits.validation_files, plan.splits.validation_part)
         blended = None
         if plan.trees:  # from here on, the job's model is the blend
             blended = forest.blend(plan, self.loops.model, self.strategy, self.is_chief)
