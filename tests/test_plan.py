@@ -79,7 +79,7 @@ def test_an_unset_batch_splits_across_the_replicas_without_a_count(fake_gcs, job
     """--train_steps given, --batch_size not: nothing is counted, and three replicas get
     66, not an error."""
     monkeypatch.setattr(records, "count", lambda *a, **k: pytest.fail("counted"))
-    config = make_config(fake_gcs, job_uri, model="mlp", batch_size=None, cpu_devices=3)
+    config = make_config(fake_gcs, job_uri, model="mlp", batch_size=None)
     plan = plan_lib.make_plan(config, replicas=3)
     assert (plan.train_records, plan.batch_size, plan.train_steps) == (None, 66, 20)
     assert dict(plan.reasons)["batch_size"].startswith("66 (--batch_size unset: 64, rounded up")

@@ -26,10 +26,10 @@ MIN_DEFAULT_STEPS = 1000
 MAX_DEFAULT_STEPS = 500_000
 # An unset --batch_size is this, rounded up to a multiple of the replicas. Larger batches
 # run the default model's step nearer the machine's matmul rate (0.21 of fp32 at 64, 0.40
-# at 256: docs/results/2026-12-05-step.md), but fewer updates can cost quality: 256 from
-# 25,600 training records lost on flights (1 - AUC 1.04x, all three seeds); 128 from
-# 12,800 held quality on the 8 of its 16 benchmark tables measured so far. Until the other
-# 8 are, the batch stays (docs/decisions.md).
+# at 256: docs/results/2026-12-05-step.md), but in the same epochs they make fewer
+# updates: 256 from 25,600 training records lost on flights (1 - AUC 1.04x, all three
+# seeds), and 128 from 12,800 still lost there (1.02x) and on diamonds (RMSE 1.01x), though
+# not on the six fresh tables it changes (docs/decisions.md).
 DEFAULT_BATCH_SIZE = 64
 # Evaluations per run when --eval_every_steps is unset: often enough to catch the best
 # model (RealMLP selects the best of every epoch; the default run is 10 epochs), rarely
