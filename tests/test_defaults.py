@@ -52,12 +52,34 @@ def test_default_train_steps_are_capped_on_large_data():
 
 @pytest.mark.parametrize("replicas, expected", [(1, 64), (2, 64), (3, 66), (5, 65), (128, 128)])
 def test_an_unset_batch_splits_evenly_across_the_replicas(replicas, expected):
-    batch, why = defaults.batch_size(replicas)
+    batch, why = defaults.batch_size(replicas, "ple_mlp", 12_799)
     assert batch == expected and batch % replicas == 0 and batch >= 64
     if expected == 64:
         assert why == "--batch_size unset"
     else:
         assert why == f"--batch_size unset: 64, rounded up to a multiple of {replicas} replicas"
+
+
+@pytest.mark.parametrize(
+    "model, n, replicas, expected",
+    [
+        ("ple_mlp", 12_800, 1, 128),
+        ("ple_mlp", 12_800, 3, 129),
+        ("ple_mlp", None, 1, 64),  # not counted: --train_steps given and nothing to size
+        ("mlp", 1_000_000, 1, 64),
+        (None, 1_000_000, 1, 64),  # a --model_fn
+    ],
+)
+def test_the_default_model_takes_a_larger_batch_and_rate_on_larger_tables(
+    model, n, replicas, expected
+):
+    batch, why = defaults.batch_size(replicas, model, n)
+    assert batch == expected
+    if expected >= 128:
+        assert why.startswith("--batch_size unset, --model=ple_mlp on 12,800+ training records")
+    rate, why = defaults.learning_rate(model, batch)
+    assert rate == (2e-3 if expected >= 128 else 1e-3)
+    assert ("doubled with the batch" in why) == (expected >= 128)
 
 
 def test_precision_is_asked_for_and_the_plan_says_what_the_machine_has():

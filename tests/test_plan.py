@@ -40,13 +40,16 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     assert plan.selection_metric == "logLoss" and plan.cache == "memory"
     assert plan.seed == 7 and plan.head.task == "binary" and len(plan.splits.train_files) == 4
     # What was asked stays as asked; what was not decided reads through.
-    assert plan.config.train_steps is None and plan.learning_rate == config.learning_rate
+    assert plan.config.train_steps is None and plan.label == config.label
+    assert plan.config.learning_rate is None and plan.learning_rate == 1e-3  # batch 64
+    assert plan.resolved().learning_rate == 1e-3
     assert plan.resolved().train_steps == 1000 and plan.resolved().hidden_units == (64, 32)
     assert plan.config.batch_size is None and plan.resolved().batch_size == 64
     assert plan.ensemble_size == defaults.ENSEMBLE_SIZE["ple_mlp"]
     assert plan.resolved().ensemble_size == plan.ensemble_size
     assert [what for what, _ in plan.reasons] == [
         "batch_size",
+        "learning_rate",
         "train_steps",
         "hidden_units",
         "ensemble_size",
@@ -61,6 +64,7 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     assert "512 records" in table and "64,32 (--model=ple_mlp on 512 training records" in table
     written = plan_lib.json_form(plan.to_json())
     assert written["decided"]["train_steps"] == 1000 and written["decided"]["batch_size"] == 64
+    assert written["decided"]["learning_rate"] == 1e-3
     assert written["decided"]["ensemble_size"] == plan.ensemble_size
     assert plan.trees and written["decided"]["trees"]  # validation data, LightGBM installed
     assert written["data"]["train_records"] == 512
@@ -83,6 +87,26 @@ def test_an_unset_batch_splits_across_the_replicas_without_a_count(fake_gcs, job
     plan = plan_lib.make_plan(config, replicas=3)
     assert (plan.train_records, plan.batch_size, plan.train_steps) == (None, 66, 20)
     assert dict(plan.reasons)["batch_size"].startswith("66 (--batch_size unset: 64, rounded up")
+
+
+def test_the_default_model_counts_to_its_larger_batch_and_takes_it_with_a_doubled_rate(
+    fake_gcs, job_uri, monkeypatch
+):
+    """--train_steps given, --batch_size and --learning_rate not: ple_mlp counts as far as
+    its larger batch's threshold; past it (here lowered to the tiny data's 512 records)
+    the plan takes that batch and twice the rate."""
+    config = make_config(fake_gcs, job_uri, model="ple_mlp", batch_size=None, hidden_units=None)
+    plan = plan_lib.make_plan(config)
+    assert (plan.train_records, plan.counted_to) == (512, defaults.LARGE_BATCH["ple_mlp"][1])
+    assert (plan.batch_size, plan.learning_rate) == (64, 1e-3)
+    monkeypatch.setitem(defaults.LARGE_BATCH, "ple_mlp", (128, 500))
+    plan = plan_lib.make_plan(config, replicas=3)
+    assert (plan.batch_size, plan.learning_rate) == (129, 2e-3)
+    reasons = dict(plan.reasons)
+    assert reasons["batch_size"].startswith("129 (--batch_size unset, --model=ple_mlp on 500+")
+    assert reasons["learning_rate"].startswith("0.002 (--learning_rate unset: 0.001, doubled")
+    given = make_config(fake_gcs, job_uri, batch_size=128, learning_rate=5e-4)
+    assert plan_lib.make_plan(given).learning_rate == 5e-4
 
 
 @pytest.mark.parametrize(

@@ -102,7 +102,9 @@ flags.DEFINE_integer(
     "batch_size",
     D["batch_size"],
     "Global batch size, split evenly across replicas; unset: "
-    f"{defaults.DEFAULT_BATCH_SIZE}, rounded up to a multiple of the replicas.",
+    f"{defaults.DEFAULT_BATCH_SIZE} (ple_mlp: {defaults.LARGE_BATCH['ple_mlp'][0]} from "
+    f"{defaults.LARGE_BATCH['ple_mlp'][1]:,} training records), rounded up to a multiple "
+    "of the replicas.",
 )
 flags.DEFINE_integer(
     "train_steps",
@@ -115,7 +117,9 @@ flags.DEFINE_integer(
 flags.DEFINE_float(
     "learning_rate",
     D["learning_rate"],
-    "Adam learning rate (ple_mlp: the first, decayed on a cosine to 0 over the run).",
+    "Adam learning rate (ple_mlp: the first, decayed on a cosine to 0 over the run); "
+    f"unset: {defaults.DEFAULT_LEARNING_RATE:g}, for ple_mlp doubled at batches of 128 "
+    "and more.",
 )
 _SMALL = (
     f"{_units(defaults.SMALL_DATA_HIDDEN_UNITS['ple_mlp'])} below "

@@ -56,7 +56,7 @@ class Config:
     schema: str | None = None
     batch_size: int | None = None  # None: decided from the data (trainer.plan.defaults)
     train_steps: int | None = None  # None: decided from the data (trainer.plan.defaults)
-    learning_rate: float = 1e-3
+    learning_rate: float | None = None  # None: decided by the plan (trainer.plan.defaults)
     model: str = "ple_mlp"
     hidden_units: tuple[int, ...] | None = None  # None: the --model's own
     ensemble_size: int | None = None  # None: decided (trainer.plan.defaults)
@@ -250,7 +250,7 @@ def validate(config: Config) -> None:
             f"--holdout_fraction={config.holdout_fraction!r}: expected a "
             "number from 0 (no held-out validation records) to 0.5"
         )
-    if not config.learning_rate > 0:
+    if config.learning_rate is not None and not config.learning_rate > 0:
         raise ConfigError(f"--learning_rate={config.learning_rate}: expected a positive number")
     _check_uris(config)
 

@@ -28,8 +28,10 @@ class Members(keras.layers.Layer):
     s_i + b_i)` with r_i one random sign per feature (`chunks`: how many of the d inputs
     each feature has) and s_i = 1 at the start.
 
-    Written as `(x @ (r_i * W))`, a [d, k * units] matmul of the shared input: the same
-    arithmetic as scaling k copies of x, without making them.
+    Written as k scaled copies of x, [batch * k, d], times W: the same arithmetic as
+    `x @ (r_i * W)` over a [d, k * units] kernel, whose assembly (a transpose and a
+    [d, k, units] product, forwards and backwards) made the layer 1.5x as slow at batch
+    64 (480 against 311 us, 2026-12-05); the copies are small, d is the encoded width.
     """
 
     def __init__(self, units: int, k: int, chunks: tuple[int, ...], seed: int, **kwargs):
@@ -55,9 +57,8 @@ class Members(keras.layers.Layer):
         )
 
     def call(self, x):
-        # [d, k, units]: member i's kernel is r_i (per row) times the shared W.
-        kernels = keras.ops.transpose(self.r)[:, :, None] * self.kernel[:, None, :]
-        h = keras.ops.matmul(x, keras.ops.reshape(kernels, (-1, self.k * self.units)))
+        scaled = keras.ops.reshape(x[:, None, :] * self.r, (-1, self.kernel.shape[0]))
+        h = keras.ops.matmul(scaled, self.kernel)
         h = keras.ops.reshape(h, (-1, self.k, self.units)) * self.s + self.bias
         return keras.ops.relu(h)
 

@@ -22,15 +22,20 @@ from trainer.base import storage as storage_lib
 DEFAULT_EPOCHS = 10
 MIN_DEFAULT_STEPS = 1000
 # A default job's length is bounded whatever the data's size: 10 epochs of 100M records
-# at batch 256 would be 3.9M steps; 500,000 steps are 128M examples (1.3 epochs of 100M).
+# at batch 128 would be 7.8M steps; 500,000 steps are 64M examples (0.64 epochs of 100M).
 MAX_DEFAULT_STEPS = 500_000
-# An unset --batch_size is this, rounded up to a multiple of the replicas. Larger batches
-# run the default model's step nearer the machine's matmul rate (0.21 of fp32 at 64, 0.40
-# at 256: docs/results/2026-12-05-step.md), but in the same epochs they make fewer
-# updates: 256 from 25,600 training records lost on flights (1 - AUC 1.04x, all three
-# seeds), and 128 from 12,800 still lost there (1.02x) and on diamonds (RMSE 1.01x), though
-# not on the six fresh tables it changes (docs/decisions.md).
+# An unset --batch_size is DEFAULT_BATCH_SIZE, or for the models of LARGE_BATCH their
+# larger batch from as many training records, rounded up to a multiple of the replicas;
+# an unset --learning_rate is DEFAULT_LEARNING_RATE, doubled for those models at batches
+# of 128 and more. A larger batch runs the default model's step nearer the machine's
+# matmul rate (0.21 of fp32 at 64, 0.40 at 256: docs/results/2026-12-05-step.md) but makes
+# fewer updates in the same epochs: at the same rate, 128 from 12,800 records lost on
+# flights (1 - AUC 1.02x) and diamonds (RMSE 1.01x), 256 lost on flights (1.04x); 128
+# with the rate doubled held on all 16 tables it changes (docs/decisions.md). 128 keeps
+# the 1,000 steps a small table needs over 10 epochs of 12,800 records.
 DEFAULT_BATCH_SIZE = 64
+LARGE_BATCH = {"ple_mlp": (128, 12_800)}  # model: (batch, from this many records)
+DEFAULT_LEARNING_RATE = 1e-3
 # Evaluations per run when --eval_every_steps is unset: often enough to catch the best
 # model (RealMLP selects the best of every epoch; the default run is 10 epochs), rarely
 # enough that evaluation stays a small part of the run.
@@ -78,15 +83,28 @@ def trees(policy: str, model: str, model_fn: str | None, validation: bool) -> tu
     return True, "auto: LightGBM's trees blended with the neural model, weighed on validation"
 
 
-def batch_size(replicas: int) -> tuple[int, str]:
-    """The global batch without --batch_size: DEFAULT_BATCH_SIZE, rounded up to a
-    multiple of `replicas` so that it splits evenly, and why."""
-    b = -(-DEFAULT_BATCH_SIZE // replicas) * replicas
-    if b == DEFAULT_BATCH_SIZE:
-        return b, "--batch_size unset"
-    return b, (
-        f"--batch_size unset: {DEFAULT_BATCH_SIZE}, rounded up to a multiple of {replicas} replicas"
-    )
+def batch_size(replicas: int, model: str | None, n: int | None) -> tuple[int, str]:
+    """The global batch without --batch_size, for the built-in `model` (None: a
+    --model_fn) on `n` training records (counted up to LARGE_BATCH's), and why."""
+    b, why = DEFAULT_BATCH_SIZE, "--batch_size unset"
+    large, records = LARGE_BATCH.get(model or "", (0, 0))
+    if large and n is not None and n >= records:
+        b, why = large, f"--batch_size unset, --model={model} on {records:,}+ training records"
+    rounded = -(-b // replicas) * replicas
+    if rounded != b:
+        why += f": {b}, rounded up to a multiple of {replicas} replicas"
+    return rounded, why
+
+
+def learning_rate(model: str | None, batch: int) -> tuple[float, str]:
+    """The first learning rate without --learning_rate, for the built-in `model` (None:
+    a --model_fn) at global batch `batch`, and why."""
+    if model in LARGE_BATCH and batch >= LARGE_BATCH[model][0]:
+        return 2 * DEFAULT_LEARNING_RATE, (
+            f"--learning_rate unset: {DEFAULT_LEARNING_RATE:g}, doubled with the batch "
+            f"(--model={model} at --batch_size={batch})"
+        )
+    return DEFAULT_LEARNING_RATE, "--learning_rate unset"
 
 
 def precision(policy: str, model_fn: str | None, units: str | None) -> tuple[str, str]:

@@ -33,8 +33,8 @@ from trainer.plan import defaults
 class Plan:
     """What a job was asked (`config`) and what it decided, read-only.
 
-    A field of `Config` that the plan does not decide reads through: `plan.learning_rate`
-    is `plan.config.learning_rate`, while `plan.train_steps` is the decided number of steps
+    A field of `Config` that the plan does not decide reads through: `plan.label` is
+    `plan.config.label`, while `plan.train_steps` is the decided number of steps
     (`plan.config.train_steps` what was asked, perhaps None). Model builders receive the
     plan as their `config` argument.
     """
@@ -51,6 +51,7 @@ class Plan:
     counted_to: int | None  # the count's limit; None: all records were counted
     cache: str  # 'memory' or 'stream'
     batch_size: int  # global, a multiple of `replicas`
+    learning_rate: float  # the first (ple_mlp's schedule decays it)
     train_steps: int
     hidden_units: tuple[int, ...] | None  # None: the --model_fn's own
     ensemble_size: int | None  # members of a built-in model; None: the --model_fn's own
@@ -75,6 +76,7 @@ class Plan:
         return dataclasses.replace(
             self.config,
             batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
             train_steps=self.train_steps,
             hidden_units=self.hidden_units,
             ensemble_size=self.ensemble_size,
@@ -92,6 +94,7 @@ class Plan:
         return {
             "decided": {
                 "batch_size": self.batch_size,
+                "learning_rate": self.learning_rate,
                 "train_steps": self.train_steps,
                 "hidden_units": list(self.hidden_units or ()) or None,
                 "ensemble_size": self.ensemble_size,
@@ -162,9 +165,12 @@ def make_plan(config: config_lib.Config, replicas: int = 1) -> Plan:
         raise inputs.DataError(f"the training files of {config.train_data!r} are empty")
     fingerprint = _fingerprint(config, splits, sizes)
     n, counted_to = None, None
-    if config.train_steps is None or _sized(config):
-        # The model's width needs to know only whether the data is small.
-        counted_to = None if config.train_steps is None else defaults.SMALL_DATA_RECORDS
+    # The model's width and the batch need to know only whether the data is small.
+    limits = [defaults.SMALL_DATA_RECORDS] if _sized(config) else []
+    if config.batch_size is None and not config.model_fn and config.model in defaults.LARGE_BATCH:
+        limits.append(defaults.LARGE_BATCH[config.model][1])
+    if config.train_steps is None or limits:
+        counted_to = None if config.train_steps is None else max(limits)
         n = _count(config, storage, splits, schema, fingerprint, counted_to)
     decided, reasons = _decide(config, splits, n, sum(sizes), replicas)
     return Plan(
@@ -200,16 +206,21 @@ def _decide(
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Every default the flags left unset, and (what, why) of each decision worth a line
     (on `n` training records, counted when a rule needs them)."""
+    model = None if config.model_fn else config.model
     decided: dict[str, Any] = {
         "batch_size": config.batch_size,
+        "learning_rate": config.learning_rate,
         "train_steps": config.train_steps,
         "hidden_units": config.hidden_units,
         "eval_every_steps": config.eval_every_steps,
     }
     reasons = []
     if config.batch_size is None:
-        decided["batch_size"], why = defaults.batch_size(replicas)
+        decided["batch_size"], why = defaults.batch_size(replicas, model, n)
         reasons.append(("batch_size", f"{decided['batch_size']} ({why})"))
+    if config.learning_rate is None:
+        decided["learning_rate"], why = defaults.learning_rate(model, decided["batch_size"])
+        reasons.append(("learning_rate", f"{decided['learning_rate']:g} ({why})"))
     if config.train_steps is None:
         assert n is not None
         decided["train_steps"], why = defaults.train_steps(n, decided["batch_size"])
