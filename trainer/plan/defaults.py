@@ -31,8 +31,9 @@ MAX_DEFAULT_STEPS = 500_000
 # matmul rate (0.21 of fp32 at 64, 0.40 at 256: docs/results/2026-12-05-step.md) but makes
 # fewer updates in the same epochs: at the same rate, 128 from 12,800 records lost on
 # flights (1 - AUC 1.02x) and diamonds (RMSE 1.01x), 256 lost on flights (1.04x); 128
-# with the rate doubled held on all 16 tables it changes (docs/decisions.md). 128 keeps
-# the 1,000 steps a small table needs over 10 epochs of 12,800 records.
+# with the rate doubled kept every task's geometric mean within 0.5% over the 16 tables
+# it changes (docs/decisions.md). 128 keeps the 1,000 steps a small table needs over 10
+# epochs of 12,800 records.
 DEFAULT_BATCH_SIZE = 64
 LARGE_BATCH = {"ple_mlp": (128, 12_800)}  # model: (batch, from this many records)
 DEFAULT_LEARNING_RATE = 1e-3
