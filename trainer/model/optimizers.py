@@ -44,6 +44,7 @@ class _Flat:
         if self.built:
             return
         self._flat = len({v.dtype for v in var_list}) == 1
+        self._fold_decay = False
         if not self._flat:
             super().build(var_list)
             return
@@ -59,7 +60,7 @@ class _Flat:
         self._fold_decay = self.weight_decay is not None and decays == {True}
 
     def _apply_weight_decay(self, variables):
-        if not getattr(self, "_fold_decay", False):
+        if not self._fold_decay:
             super()._apply_weight_decay(variables)
 
     def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
@@ -83,12 +84,11 @@ class _Flat:
             m.assign_add((g - m) * (1 - self.beta_1))
             velocity.assign_add((tf.square(g) - velocity) * (1 - self.beta_2))
             delta = (m * alpha) / (tf.sqrt(velocity) + self.epsilon)
-            wd = tf.cast(self.weight_decay or 0.0, g.dtype)
             for var, part in zip(variables, tf.split(delta, self._sizes)):
                 part = tf.reshape(part, var.shape)
                 if self._fold_decay:  # Keras' order: decay (the rate computed once), update
                     w = var.read_value()
-                    var.assign(w - w * wd * lr - part)
+                    var.assign(w - w * tf.cast(self.weight_decay, g.dtype) * lr - part)
                 else:
                     var.assign_sub(part)
 

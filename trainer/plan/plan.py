@@ -167,7 +167,7 @@ def make_plan(config: config_lib.Config, replicas: int = 1) -> Plan:
     n, counted_to = None, None
     # The model's width and the batch need to know only whether the data is small.
     limits = [defaults.SMALL_DATA_RECORDS] if _sized(config) else []
-    if config.batch_size is None and not config.model_fn and config.model in defaults.LARGE_BATCH:
+    if config.batch_size is None and _built_in(config) in defaults.LARGE_BATCH:
         limits.append(defaults.LARGE_BATCH[config.model][1])
     if config.train_steps is None or limits:
         counted_to = None if config.train_steps is None else max(limits)
@@ -188,13 +188,14 @@ def make_plan(config: config_lib.Config, replicas: int = 1) -> Plan:
     )
 
 
+def _built_in(config: config_lib.Config) -> str | None:
+    """The built-in model the job trains (config.MODELS), None for a --model_fn."""
+    return None if config.model_fn else config.model
+
+
 def _sized(config: config_lib.Config) -> bool:
     """Whether the model's width follows the data (a built-in model, no --hidden_units)."""
-    return (
-        config.hidden_units is None
-        and not config.model_fn
-        and config.model in defaults.SMALL_DATA_HIDDEN_UNITS
-    )
+    return config.hidden_units is None and _built_in(config) in defaults.SMALL_DATA_HIDDEN_UNITS
 
 
 def _decide(
@@ -206,7 +207,7 @@ def _decide(
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """Every default the flags left unset, and (what, why) of each decision worth a line
     (on `n` training records, counted when a rule needs them)."""
-    model = None if config.model_fn else config.model
+    model = _built_in(config)
     decided: dict[str, Any] = {
         "batch_size": config.batch_size,
         "learning_rate": config.learning_rate,
