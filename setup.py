@@ -19,6 +19,8 @@ setup(
         "console_scripts": [
             "trainer-submit=trainer.vertex.submit_command:run",
             "trainer-deploy=trainer.vertex.deploy_command:run",
+            # with the `pipelines` extra
+            "trainer-pipeline=trainer.vertex.pipeline_command:run",
             "trainer-predict=trainer.predict:run",
         ]
     },
@@ -35,6 +37,10 @@ setup(
         # trainer-submit and trainer-deploy (trainer/vertex): staging uploads, the Vertex
         # APIs, --hptune_config YAML
         "submit": ["google-cloud-storage>=2.10", "google-cloud-aiplatform>=1.38", "pyyaml>=6"],
+        # trainer-pipeline (trainer/vertex/pipeline*.py): KFP 2 pipelines, compiled, run on
+        # kfp.local or submitted as Vertex AI PipelineJobs. kfp 2.17 takes protobuf 6.31+,
+        # which TF 2.21 accepts; never part of what a training job installs.
+        "pipelines": ["kfp>=2.17,<3"],
         # the docs site (mkdocs.yml, docs/): `mkdocs build --strict` in CI
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5"],
         "dev": [

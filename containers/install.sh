@@ -37,8 +37,10 @@ case "${1:-}" in
     fi
     python3 -m venv "$venv"
     "${pip[@]}" --upgrade pip setuptools wheel
-    # setup.py alone (no package next to it) installs just what it requires.
-    "${pip[@]}" --no-build-isolation "$tensorflow" "$deps"
+    # setup.py alone (no package next to it) installs just what it requires, and its
+    # `submit` extra: the Vertex AI SDK, through which a job logs to its Experiments run
+    # (trainer/train/experiment.py) and the pipeline's steps create jobs and models.
+    "${pip[@]}" --no-build-isolation "$tensorflow" "$deps[submit]"
     "$venv/bin/python" -m pip uninstall --quiet --yes trainer
     ;;
   package)
@@ -48,7 +50,8 @@ case "${1:-}" in
     # a dependency missing from the image), without starting TensorFlow's runtime.
     # (Each entry point in its own process: they define flags of the same names.)
     "$venv/bin/python" -c "import trainer.bootstrap, trainer.task, trainer.train.job, \
-trainer.serving.bodies, trainer.serving.server, lightgbm, tensorflow as tf; \
+trainer.serving.bodies, trainer.serving.server, trainer.vertex.pipeline_steps, lightgbm, \
+google.cloud.aiplatform, tensorflow as tf; \
 print('trainer image: TensorFlow', tf.__version__, 'LightGBM', lightgbm.__version__)"
     "$venv/bin/python" -c "import trainer.serve"
     ;;

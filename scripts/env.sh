@@ -9,7 +9,7 @@ if [ ! -f "$stamp" ]; then
   echo "setting up $venv (first run takes a few minutes: TensorFlow is large)" >&2
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[tf,submit,dev,prepare,docs]"
+  "$venv/bin/python" -m pip install --quiet -e "$root[tf,submit,dev,prepare,docs,pipelines]"
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi

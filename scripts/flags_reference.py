@@ -37,6 +37,11 @@ COMMANDS = (
         "trainer.vertex.deploy_command",
         "Registers and serves an export on Vertex AI.",
     ),
+    (
+        "trainer-pipeline",
+        "trainer.vertex.pipeline_command",
+        "Builds, runs here or submits the Vertex AI pipeline (the `pipelines` extra).",
+    ),
 )
 _DUMP = """
 import importlib, json, sys

@@ -56,12 +56,17 @@ ca="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}"
 build=("${buildah[@]}" bud --isolation chroot --layers --build-arg "BASE=$base"
        -f containers/Dockerfile)
 [ -s "$ca" ] && build+=(-v "$ca:/run/build-ca.crt:ro")
+# Tagged as a Cloud Build tags them: `latest` and the pinned <version>-tf<TF> that submit
+# and deploy name by default.
+pinned=$(python3 -m trainer.vertex.images)
 for target in train serve; do
-  echo "building the $target image" >&2
+  echo "building the $target image ($pinned)" >&2
   image=$train; [ "$target" = serve ] && image=$serve
   mkdir -p "$root/.local"
-  "${build[@]}" --target "$target" -t "$image" . > "$root/.local/images-$target.log" 2>&1 \
+  "${build[@]}" --target "$target" -t "$image" -t "$image:$pinned" . \
+    > "$root/.local/images-$target.log" 2>&1 \
     || { tail -30 "$root/.local/images-$target.log" >&2; exit 1; }
+  "${buildah[@]}" inspect --type image "$image:$pinned" >/dev/null
 done
 built=$SECONDS
 
@@ -102,13 +107,13 @@ sdist=$(basename "$(ls "$gcs"/bucket/staging/*.tar.gz)")
 for task in regression binary multiclass; do
   echo "training the sample $task job in the training image" >&2
   RUN_ENV=(--env "TRAINER_PACKAGE_URI=gs://bucket/staging/$sdist")
-  container=$("${buildah[@]}" from --pull-never "$train")
+  container=$("${buildah[@]}" from --pull-never "$train:$pinned")
   containers+=("$container")
   "${buildah[@]}" run --isolation chroot --network host -v "$work:$work" "$container" -- \
     python -m trainer.sample_data --fake_gcs_root="$gcs" --output="gs://bucket/$task" \
     --task="$task" --train_examples=2000 --eval_examples=500 > "$work/data-$task.log" 2>&1 \
     || { tail -30 "$work/data-$task.log" >&2; exit 1; }
-  run_entrypoint "$train" --fake_gcs_root="$gcs" --train_data="gs://bucket/$task/train-*" \
+  run_entrypoint "$train:$pinned" --fake_gcs_root="$gcs" --train_data="gs://bucket/$task/train-*" \
     --validation_data="gs://bucket/$task/eval-*" --label=label --task="$task" \
     --job_dir="gs://bucket/jobs/$task" --train_steps=300 --seed=1 > "$work/train-$task.log" 2>&1 \
     || { tail -30 "$work/train-$task.log" >&2; exit 1; }
@@ -122,12 +127,12 @@ trained=$SECONDS
 RUN_ENV=()
 serve_command() {
   local container
-  container=$("${buildah[@]}" from --pull-never "$serve")
+  container=$("${buildah[@]}" from --pull-never "$serve:$pinned")
   containers+=("$container")
   echo "${buildah[*]} run --isolation chroot --network host -v $work:$work $container --"
 }
 export IMAGE_SERVE_PREFIX="$(serve_command)"
-export IMAGE_SERVE_ENTRYPOINT="$(entrypoint_of "$serve")"
+export IMAGE_SERVE_ENTRYPOINT="$(entrypoint_of "$serve:$pinned")"
 export IMAGE_GCS_ROOT="$gcs"
 source "$root/scripts/env.sh"
 python -m pytest tests/image_serving.py -q -s -p no:cacheprovider "$@"

@@ -130,7 +130,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if k not in ("TF_CONFIG", "CLUSTER_SPEC") and not k.startswith("AIP_")
     }
-    env.update(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+    env.update({"PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2", **extra})
     return env
 
 

@@ -42,6 +42,40 @@ def test_vertex_environment_is_the_default():
     )
 
 
+def test_gcs_mount_paths_are_their_gs_twins_in_flags_and_environment():
+    env = {
+        "AIP_CHECKPOINT_DIR": "/gcs/v/out/checkpoints/",
+        "AIP_VALIDATION_DATA_URI": "/gcs/v/e-*",
+        "AIP_TEST_DATA_URI": "gs://v/x-*",
+    }
+    config = config_lib.make_config(
+        env=env, train_data="/gcs/b/train-*", job_dir="/gcs/b/job", label="y", task="binary"
+    )
+    assert (config.train_data, config.validation_data, config.test_data) == (
+        "gs://b/train-*",
+        "gs://v/e-*",
+        "gs://v/x-*",
+    )
+    assert (config.model_dir, config.checkpoint_dir) == (
+        "gs://b/job/model",
+        "gs://v/out/checkpoints",
+    )
+    # One name per object: the same seed as the gs:// spelling of the same job.
+    same = config_lib.make_config(
+        env={},
+        train_data="gs://b/train-*",
+        checkpoint_dir="gs://v/out/checkpoints",
+        job_dir="gs://b/job",
+        label="y",
+        task="binary",
+    )
+    assert config.effective_seed() == same.effective_seed()
+    with pytest.raises(
+        config_lib.ConfigError, match="--model_dir: bad Cloud Storage path 'gs:///m'"
+    ):
+        config_lib.make_config(env={}, model_dir="/gcs//m", **BASE)
+
+
 def test_flags_win_over_environment():
     env = {"AIP_MODEL_DIR": "gs://v/model"}
     config = config_lib.make_config(env=env, model_dir="/tmp/m", **BASE)

@@ -15,8 +15,9 @@ import pytest
 import tensorflow as tf
 from google.cloud import aiplatform_v1 as v1
 
+import trainer
 from trainer.base import storage as storage_lib
-from trainer.vertex import deploy, exports, jobs, models
+from trainer.vertex import deploy, exports, images, jobs, models
 
 from conftest import BUCKET, REPO, make_config, run_job, subprocess_env
 
@@ -62,6 +63,8 @@ def test_inspect_names_a_folder_without_a_saved_model(store, exported):
         exports.inspect(store, exported["binary"].rsplit("/", 1)[0])
 
 
+# The serving image's default tag: the package's version and its image's TensorFlow.
+PINNED = f"{trainer.__version__}-tf{images.IMAGE_TF_VERSION}"
 PREBUILT_CPU = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 PREBUILT_GPU = "us-docker.pkg.dev/vertex-ai/prediction/tf2-gpu.2-15:latest"
 BEFORE_ITS_DATE = datetime.date(2027, 1, 13)
@@ -116,7 +119,7 @@ def test_upload_request_field_by_field(exported):
     m = request.model
     assert (m.display_name, m.artifact_uri) == ("churn", exported["binary"])
     assert m.container_spec.image_uri == (
-        "europe-west4-docker.pkg.dev/proj/trainer/serve-cpu:latest"
+        f"europe-west4-docker.pkg.dev/proj/trainer/serve-cpu:{PINNED}"
     )
     assert [p.container_port for p in m.container_spec.ports] == [8080]
     assert (m.container_spec.health_route, m.container_spec.predict_route) == (
@@ -338,7 +341,7 @@ def test_dry_run_prints_requests_the_real_types_accept(fake_gcs, exported, flags
     assert parsed["model"].artifact_uri == exported["binary"]
     # No image flag: the package's serving image, its port and its routes.
     assert out["model"]["containerSpec"] == {
-        "imageUri": "europe-west4-docker.pkg.dev/proj/trainer/serve-cpu:latest",
+        "imageUri": f"europe-west4-docker.pkg.dev/proj/trainer/serve-cpu:{PINNED}",
         "ports": [{"containerPort": 8080}],
         "healthRoute": "/health",
         "predictRoute": "/predict",

@@ -131,11 +131,24 @@ def uninterrupted(uninterrupted_runs) -> dict[str, np.ndarray]:
     return uninterrupted_runs("auto")
 
 
-@pytest.mark.parametrize("cache", ["auto", "off"])  # memory (the data fits), streamed
+@pytest.mark.parametrize(
+    "cache, paths",
+    [
+        ("auto", "gs://"),  # memory (the data fits)
+        ("off", "gs://"),  # streamed
+        # Vertex's Cloud Storage FUSE paths for the data and the job: the same objects.
+        ("auto", "/gcs/"),
+    ],
+    ids=["auto", "off", "auto-gcs-mount"],
+)
 def test_sigkill_then_restart_ends_with_the_uninterrupted_weights(
-    fake_gcs, job_uri, store, uninterrupted_runs, cache
+    fake_gcs, job_uri, store, uninterrupted_runs, cache, paths
 ):
-    args = task_args(fake_gcs, job_uri, cache=cache, **RESUME_FLAGS)
+    args = [
+        a.replace("=gs://", f"={paths}")
+        for a in task_args(fake_gcs, job_uri, cache=cache, **RESUME_FLAGS)
+    ]
+    assert sum(paths in a for a in args) == 2  # --train_data, --job_dir
     job = Job(args)
     job.wait_for("saved checkpoint at step 200")
     job.kill()

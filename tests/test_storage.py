@@ -24,6 +24,21 @@ def test_gcs_paths_map_into_the_root_and_back(root):
     assert storage_lib.Storage().path("gs://bkt/x") == "gs://bkt/x"  # real GCS untouched
 
 
+def test_gcs_mount_paths_name_the_same_objects(root):
+    s = storage_lib.Storage(root)
+    assert s.path("/gcs/bkt/data/a.txt") == s.path("gs://bkt/data/a.txt")
+    assert s.glob("/gcs/bkt/data/*.txt") == ["gs://bkt/data/a.txt", "gs://bkt/data/b.txt"]
+    s.write_json("/gcs/bkt/out/m.json", {"a": 1})
+    assert s.read_json("gs://bkt/out/m.json") == {"a": 1}
+    with pytest.raises(storage_lib.StorageError, match="bucket 'nope' of '/gcs/nope/x'"):
+        s.makedirs("/gcs/nope/x")
+    # Without a fake root, through Cloud Storage's API (atomic object writes), not the
+    # mount (whose renames are copies).
+    assert storage_lib.Storage().path("/gcs/bkt/x") == "gs://bkt/x"
+    assert storage_lib.split_gcs("/gcs/bkt/a/b") == ("bkt", "a/b")
+    assert not storage_lib.is_gcs("/gcsx/bkt") and not storage_lib.is_gcs("gcs/bkt")
+
+
 def test_glob_returns_sorted_gcs_uris(root):
     s = storage_lib.Storage(root)
     assert s.glob("gs://bkt/data/*.txt") == ["gs://bkt/data/a.txt", "gs://bkt/data/b.txt"]

@@ -19,12 +19,15 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1 as v1
 from google.cloud import storage as gcs
 
+import trainer
 from trainer.base import contracts
 from trainer.vertex import checks, images, jobs, staging
 from trainer.vertex import submit as submit_lib
 
 from conftest import REPO, free_ports, subprocess_env
 
+# The default tag: the package's version and the TensorFlow its images install.
+PINNED = f"{trainer.__version__}-tf{images.IMAGE_TF_VERSION}"
 CPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=False)
 GPU_IMAGE = images.own_image("proj", "europe-west4", "train", gpu=True)
 RETIRED_IMAGE = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
@@ -73,7 +76,7 @@ def test_one_gpu_job_field_by_field():
             service_account="sa@proj.iam.gserviceaccount.com",
             labels=(("team", "ml"),),
             timeout_s=7200,
-            spot=True,
+            scheduling_strategy="SPOT",
             tensorboard="projects/proj/locations/europe-west4/tensorboards/1",
         )
     )
@@ -86,7 +89,8 @@ def test_one_gpu_job_field_by_field():
     assert pool.machine_spec.accelerator_type == v1.AcceleratorType.NVIDIA_TESLA_T4
     assert pool.machine_spec.accelerator_count == 1
     container = pool.container_spec
-    assert container.image_uri == "europe-west4-docker.pkg.dev/proj/trainer/train-gpu:latest"
+    # Pinned to the package and the TensorFlow of its image, never `latest`.
+    assert container.image_uri == f"europe-west4-docker.pkg.dev/proj/trainer/train-gpu:{PINNED}"
     assert not container.command  # the image's entry point: install the package, train
     assert list(container.args) == list(BASE["trainer_args"])
     assert [(e.name, e.value) for e in container.env] == [
@@ -237,7 +241,7 @@ def test_bad_tuning_config_is_named(config, fragment):
                 accelerator_type="NVIDIA_TESLA_T4",
                 accelerator_count=1,
             ),
-            "train-cpu:latest is a CPU image but the job asks for GPUs",
+            f"train-cpu:{PINNED} is a CPU image but the job asks for GPUs",
         ),
         (
             dict(image=images.own_image("proj", "europe-west4", "serve", False)),
@@ -245,6 +249,33 @@ def test_bad_tuning_config_is_named(config, fragment):
         ),
         (dict(executor_image=RETIRED_IMAGE, package_uri=None), "needs --stage_package"),
         (dict(job_dir="/local/out"), "--job_dir='/local/out': Vertex needs a gs:// location"),
+        (dict(scheduling_strategy="LOW"), "--scheduling_strategy='LOW': expected one of"),
+        (
+            dict(scheduling_strategy="FLEX_START"),
+            "FLEX_START needs GPUs Dynamic Workload Scheduler provisions",
+        ),
+        (
+            dict(SHAPES["one_gpu"], scheduling_strategy="FLEX_START"),
+            "(NVIDIA_TESLA_A100, NVIDIA_A100_80GB, NVIDIA_H100_80GB, NVIDIA_H100_MEGA_80GB, "
+            "NVIDIA_H200_141GB, NVIDIA_B200, NVIDIA_L4), not NVIDIA_TESLA_T4",
+        ),
+        (
+            dict(SHAPES["reduction_server"], scheduling_strategy="FLEX_START"),
+            "needs the same machine in every pool: --reduction_servers runs n1-highcpu-16, "
+            "the workers g2-standard-12",
+        ),
+        (
+            dict(SHAPES["four_gpus"], scheduling_strategy="FLEX_START", timeout_s=8 * 86400),
+            "a FLEX_START job runs at most 7 days",
+        ),
+        (dict(max_wait_s=3600), "--max_wait_duration is how long FLEX_START waits"),
+        (
+            dict(scheduling_strategy="SPOT", max_wait_s=3600),
+            "needs --scheduling_strategy=FLEX_START, not SPOT",
+        ),
+        (dict(experiment_run="r1"), "--experiment_run needs --experiment"),
+        (dict(experiment="My_Experiment"), "--experiment='My_Experiment': expected lower-case"),
+        (dict(experiment="e", experiment_run="-r"), "--experiment_run='-r': expected lower-case"),
     ],
 )
 def test_checks_reject_what_vertex_would(overrides, fragment):
@@ -256,6 +287,28 @@ def test_checks_reject_what_vertex_would(overrides, fragment):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_checks_accept_the_four_shapes(shape):
     checks.check_all(spec(shape))
+
+
+def test_a_tuning_job_cannot_send_every_trial_to_one_experiment_run():
+    both = spec("one_gpu", experiment="e", experiment_run="r")
+    checks.check_all(both)
+    with pytest.raises(jobs.JobError, match="every trial would log to the same run"):
+        checks.check_all(both, tuning=True)
+    checks.check_all(spec("one_gpu", experiment="e"), tuning=True)
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("3600", 3600), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("7d", 604800)],
+)
+def test_durations(text, seconds):
+    assert jobs.parse_duration("timeout", text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "2x", "h", "1.5h", "-5", "0", "0m", "2h 30m"])
+def test_bad_durations_name_the_flag(text):
+    with pytest.raises(jobs.JobError, match=r"^--max_wait_duration="):
+        jobs.parse_duration("max_wait_duration", text)
 
 
 def test_prebuilt_images_until_their_date_and_the_python_package_spec():
@@ -508,7 +561,7 @@ def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
     chief = job.job_spec.worker_pool_specs[0].container_spec
     gpu = "cpu" if shape == "chief_and_3_workers" else "gpu"
     # No image flag: the package's own image, named after --project and --region.
-    assert chief.image_uri == f"europe-west4-docker.pkg.dev/proj/trainer/train-{gpu}:latest"
+    assert chief.image_uri == f"europe-west4-docker.pkg.dev/proj/trainer/train-{gpu}:{PINNED}"
     assert [(e.name, e.value) for e in chief.env] == [
         (contracts.PACKAGE_ENV, "gs://stage/run-1/trainer-0.1.0.tar.gz")
     ]
@@ -516,6 +569,128 @@ def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
     assert json.loads(proc.stdout)["jobSpec"]["baseOutputDirectory"] == {
         "outputUriPrefix": "gs://out/run-1"
     }
+
+
+def test_dry_run_sets_scheduling_persistent_resource_and_experiment_with_a_pinned_image():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/submit.py",
+            "--project=proj",
+            "--region=europe-west4",
+            "--staging_dir=/gcs/stage",  # Vertex's mount path is its gs:// twin
+            "--job_dir=/gcs/out/run-1",
+            "--display_name=run-1",
+            "--machine_type=a3-highgpu-1g",
+            "--accelerator_type=NVIDIA_H100_80GB",
+            "--accelerator_count=1",
+            "--scheduling_strategy=FLEX_START",
+            "--max_wait_duration=2h",
+            "--timeout=3d",
+            "--disable_retries",
+            "--persistent_resource_id=pool-1",
+            "--experiment=churn",
+            "--experiment_run=run-1",
+            "--dry_run",
+            "--",
+            "--train_data=/gcs/data/train-*",
+            "--label=y",
+            "--task=binary",
+        ],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job = v1.CustomJob.from_json(proc.stdout)
+    spec_ = job.job_spec
+    assert spec_.scheduling.strategy == v1.Scheduling.Strategy.FLEX_START
+    assert spec_.scheduling.max_wait_duration.total_seconds() == 7200
+    assert spec_.scheduling.timeout.total_seconds() == 3 * 86400
+    assert spec_.scheduling.disable_retries
+    assert spec_.persistent_resource_id == "pool-1"
+    contexts = "projects/proj/locations/europe-west4/metadataStores/default/contexts"
+    assert (spec_.experiment, spec_.experiment_run) == (
+        f"{contexts}/churn",
+        f"{contexts}/churn-run-1",
+    )
+    assert spec_.base_output_directory.output_uri_prefix == "gs://out/run-1"
+    container = spec_.worker_pool_specs[0].container_spec
+    assert container.image_uri == f"europe-west4-docker.pkg.dev/proj/trainer/train-gpu:{PINNED}"
+    assert container.env[0].value == "gs://stage/run-1/trainer-0.1.0.tar.gz"
+    # The trainer's own flags pass as given: trainer.task reads /gcs/ paths too.
+    assert list(container.args)[0] == "--train_data=/gcs/data/train-*"
+
+
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (
+            ["--scheduling_strategy=FLEX_START"],
+            "error: --scheduling_strategy=FLEX_START needs GPUs Dynamic Workload Scheduler "
+            "provisions",
+        ),
+        (["--max_wait_duration=2h"], "error: --max_wait_duration is how long FLEX_START waits"),
+        (["--spot", "--scheduling_strategy=STANDARD"], "error: --spot and"),
+        (["--timeout=soon"], "error: --timeout='soon': expected a duration"),
+        (["--experiment_run=r"], "error: --experiment_run needs --experiment"),
+    ],
+)
+def test_bad_scheduling_and_experiment_flags_are_one_line_and_exit_2(flags, line):
+    proc = dry_run(*flags)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1].startswith(line), proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
+
+
+class FakeExperiments:
+    """google.cloud.aiplatform's Experiments calls, recorded (the boundary with Google)."""
+
+    def __init__(self, runs=(), fail: Exception | None = None):
+        self.runs, self.fail, self.calls = set(runs), fail, []
+        self.Experiment = mock.Mock()
+        self.Experiment.get_or_create.side_effect = self._experiment
+        self.ExperimentRun = mock.Mock()
+        self.ExperimentRun.get.side_effect = lambda run, **kw: run if run in self.runs else None
+        self.ExperimentRun.create.side_effect = self._create
+
+    def _experiment(self, name, **where):
+        if self.fail:
+            raise self.fail
+        self.calls.append(("experiment", name, where))
+
+    def _create(self, run, experiment, **where):
+        self.calls.append(("create run", run, experiment, where))
+        self.runs.add(run)
+
+
+def test_submission_creates_the_missing_experiment_run_once():
+    from trainer.vertex import experiments
+
+    sdk = FakeExperiments()
+    both = spec("one_gpu", experiment="churn", experiment_run="r1")
+    experiments.ensure_run(both, sdk)
+    experiments.ensure_run(both, sdk)
+    where = {"project": "proj", "location": "europe-west4"}
+    assert sdk.calls == [
+        ("experiment", "churn", where),
+        ("create run", "r1", "churn", where),
+        ("experiment", "churn", where),
+    ]
+    experiments.ensure_run(spec("one_gpu"), sdk)  # no experiment: nothing asked
+    assert len(sdk.calls) == 3
+    denied = FakeExperiments(
+        fail=gexc.PermissionDenied("caller lacks aiplatform.metadataStores\nmore")
+    )
+    with pytest.raises(jobs.JobError) as e:
+        experiments.ensure_run(both, denied)
+    assert str(e.value) == (
+        "--experiment: cannot create run 'r1' of experiment 'churn': "
+        "403 caller lacks aiplatform.metadataStores"
+    )
 
 
 def test_dry_run_with_tuning_config_and_errors(tmp_path):
@@ -575,10 +750,13 @@ def test_cloudbuild_steps_run_commands_of_this_repository():
 def test_container_build_pushes_the_images_submit_and_deploy_name():
     with open(os.path.join(REPO, "containers", "cloudbuild.yaml")) as f:
         build = yaml.safe_load(f)
+    # The build's pinned tag is the one submit and deploy name by default.
+    assert build["substitutions"]["_PINNED_TAG"] == images.PINNED_TAG == PINNED
     values = {
         "${_REGION}": "r",
         "$PROJECT_ID": "p",
-        "${_TAG}": images.DEFAULT_TAG,
+        "${_TAG}": "latest",
+        "${_PINNED_TAG}": PINNED,
         "${_REPOSITORY}": images.DEFAULT_REPOSITORY,
     }
 
@@ -587,20 +765,60 @@ def test_container_build_pushes_the_images_submit_and_deploy_name():
             text = text.replace(key, value)
         return text
 
-    expected = {
+    defaults = {
         images.own_image("p", "r", role, gpu) for role in images.ROLES for gpu in (False, True)
     }
-    assert {resolve(i) for i in build["images"]} == expected
+    latest = {i.replace(f":{PINNED}", ":latest") for i in defaults}
+    assert {resolve(i) for i in build["images"]} == defaults | latest
     for step in build["steps"]:
         args = step["args"]
         target = args[args.index("--target") + 1]
         variant = args[args.index("--build-arg") + 1].split("=")[1]
-        tag = resolve(args[args.index("-t") + 1])
-        assert images.own_kind(tag) == (target, variant)  # the image is what it is named
+        tags = {resolve(args[i + 1]) for i, a in enumerate(args) if a == "-t"}
+        assert len(tags) == 2 and tags <= defaults | latest
+        for tag in tags:
+            assert images.own_kind(tag) == (target, variant)  # the image is what it is named
         assert args[args.index("-f") + 1] == "containers/Dockerfile"
+
+
+def test_the_pinned_tag_names_the_tensorflow_the_images_install():
     with open(os.path.join(REPO, "containers", "Dockerfile")) as f:
         dockerfile = f.read()
-    assert "AS train" in dockerfile and "FROM train AS serve" in dockerfile
+    assert f"ARG TF_VERSION={images.IMAGE_TF_VERSION}\n" in dockerfile
+    printed = subprocess.run(
+        [sys.executable, "-m", "trainer.vertex.images"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert printed == PINNED == f"{trainer.__version__}-tf{images.IMAGE_TF_VERSION}"
+    with open(os.path.join(REPO, "setup.py")) as f:
+        assert f'version="{trainer.__version__}"' in f.read()
+
+
+@pytest.mark.parametrize(
+    "image, sdist, warned",
+    [
+        (
+            "r-docker.pkg.dev/p/trainer/train-cpu:0.0.9-tf2.21.0",
+            "/tmp/x/trainer-0.1.0.tar.gz",
+            True,
+        ),
+        (
+            "r-docker.pkg.dev/p/trainer/train-cpu:0.1.0-tf2.21.0",
+            "/tmp/x/trainer-0.1.0.tar.gz",
+            False,
+        ),
+        ("r-docker.pkg.dev/p/trainer/train-cpu:latest", "/tmp/x/trainer-0.1.0.tar.gz", False),
+        ("r-docker.pkg.dev/p/trainer/train-cpu:0.0.9-tf2.21.0", None, False),
+    ],
+)
+def test_a_staged_package_of_another_version_than_the_image_is_named(image, sdist, warned):
+    line = images.version_mismatch(image, sdist)
+    assert bool(line) == warned
+    if warned:
+        assert "trainer 0.1.0" in line and "trainer 0.0.9 (TensorFlow 2.21.0)" in line
 
 
 def test_labels_are_key_value_pairs_and_a_bad_one_is_named():

@@ -287,7 +287,7 @@ def main(argv: list[str]) -> int:
 
     with quiet_stderr() if log_format == "json" else contextlib.nullcontext():
         from trainer.plan import plan as plan_lib
-        from trainer.train import distribution, hypertune, job, preemption
+        from trainer.train import distribution, experiment, hypertune, job, preemption
     try:
         strategy, cluster = distribution.create_strategy(
             config.strategy, os.environ, config.cpu_devices
@@ -295,6 +295,8 @@ def main(argv: list[str]) -> int:
         plan = plan_lib.make_plan(config, strategy.num_replicas_in_sync)
         result = job.run(plan, strategy, cluster)
         hypertune.report(config.hptune_metric, result.metrics, os.environ)
+        if distribution.is_chief(cluster):
+            experiment.log(os.environ, plan.to_json(), result.metrics)
     except job.USER_ERRORS as e:
         return _fail(str(e))
     except distribution.PeerLost as e:

@@ -191,6 +191,12 @@ def make_config(
         hidden_units=tuple(hidden_units) if hidden_units else None,
         **fields,
     )
+    # A /gcs/ path (Vertex's mount) is its gs:// twin from here on: one name per object,
+    # in the logs, the derived seed and every read and write (trainer.base.storage).
+    canonical: dict[str, Any] = {
+        n: storage.canonical(v) for n in URI_FIELDS if (v := getattr(config, n))
+    }
+    config = dataclasses.replace(config, **canonical)
     validate(config)
     return config
 
@@ -255,17 +261,21 @@ def validate(config: Config) -> None:
     _check_uris(config)
 
 
+# The Config's fields that name files or folders.
+URI_FIELDS = (
+    "train_data",
+    "validation_data",
+    "test_data",
+    "schema",
+    "model_dir",
+    "checkpoint_dir",
+    "tensorboard_dir",
+)
+
+
 def _check_uris(config: Config) -> None:
     """Every gs:// path names a bucket."""
-    for name in (
-        "train_data",
-        "validation_data",
-        "test_data",
-        "schema",
-        "model_dir",
-        "checkpoint_dir",
-        "tensorboard_dir",
-    ):
+    for name in URI_FIELDS:
         value = getattr(config, name)
         if value and storage.is_gcs(value):
             try:

@@ -6,6 +6,11 @@ so a job runs with the very command line it will have in the cloud. The mapping 
 live here rather than in an emulator: TensorFlow's built-in GCS filesystem talks to
 fixed Google endpoints and ignores `STORAGE_EMULATOR_HOST`.
 
+`/gcs/BUCKET/PATH`, where Vertex AI mounts buckets with Cloud Storage FUSE, names the
+same object as `gs://BUCKET/PATH` and is read and written as that (`canonical`): through
+Cloud Storage's API, not the mount, whose renames are copies and whose every close is
+an upload, so the writes below that must be atomic stay as atomic as on `gs://`.
+
 Code that hands a path to TensorFlow (`tf.data`, checkpoints, SavedModel) calls
 `Storage.path()` first; everything else uses the methods below.
 """
@@ -36,6 +41,8 @@ class _TensorFlowOnFirstUse:
 
 tf = _TensorFlowOnFirstUse()
 GCS_SCHEME = "gs://"
+# Vertex AI's Cloud Storage FUSE mount point: /gcs/BUCKET/PATH is gs://BUCKET/PATH.
+FUSE_MOUNT = "/gcs/"
 # The suffix of a folder being published (`Storage.publishing`), before its random part.
 PARTIAL = ".partial-"
 
@@ -44,17 +51,24 @@ class StorageError(Exception):
     """A path that cannot be read or written; the message names it."""
 
 
+def canonical(uri: str) -> str:
+    """`gs://BUCKET/PATH` for Vertex's mount path `/gcs/BUCKET/PATH`; any other path as
+    it is."""
+    return GCS_SCHEME + uri[len(FUSE_MOUNT) :] if uri.startswith(FUSE_MOUNT) else uri
+
+
 def is_gcs(uri: str) -> bool:
-    return uri.startswith(GCS_SCHEME)
+    """True for `gs://...` and for Vertex's mount paths `/gcs/...`."""
+    return uri.startswith((GCS_SCHEME, FUSE_MOUNT))
 
 
 def split_gcs(uri: str) -> tuple[str, str]:
-    """Splits `gs://BUCKET/PATH` into (BUCKET, PATH).
+    """Splits `gs://BUCKET/PATH` (or `/gcs/BUCKET/PATH`) into (BUCKET, PATH).
 
     Raises:
       StorageError: if `uri` has no bucket name.
     """
-    rest = uri[len(GCS_SCHEME) :]
+    rest = canonical(uri)[len(GCS_SCHEME) :]
     bucket, _, path = rest.partition("/")
     if not bucket:
         raise StorageError(f"bad Cloud Storage path {uri!r}: expected gs://BUCKET/PATH")
@@ -77,11 +91,12 @@ class Storage:
     fake_gcs_root: str | None = None
 
     def path(self, uri: str) -> str:
-        """Returns the path TensorFlow should open for `uri` (local or `gs://`)."""
+        """Returns the path TensorFlow should open for `uri` (local or `gs://`; a `/gcs/`
+        path as its `gs://` twin)."""
         if self.fake_gcs_root and is_gcs(uri):
             bucket, path = split_gcs(uri)
             return os.path.join(os.path.abspath(self.fake_gcs_root), bucket, path)
-        return uri
+        return canonical(uri)
 
     def uri(self, path: str) -> str:
         """Inverse of `path()`: names a real path the way the user wrote it."""

@@ -89,6 +89,75 @@ def check_workers(spec: jobs.JobSpec) -> None:
         raise jobs.JobError("--reduction_servers needs GPU workers (it uses NCCL)")
 
 
+STRATEGIES = ("STANDARD", "SPOT", "FLEX_START")
+# Dynamic Workload Scheduler's GPUs (Vertex AI documentation, "Schedule training jobs
+# based on resource availability", read 2026-12), and its longest run.
+FLEX_START_GPUS = (
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+    "NVIDIA_L4",
+)
+FLEX_START_MAX_S = 7 * 24 * 3600
+# Vertex AI Experiments' names for experiments and runs.
+_EXPERIMENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
+
+
+def check_scheduling(spec: jobs.JobSpec) -> None:
+    """The scheduling strategy and its options must be a combination Vertex runs."""
+    strategy = spec.scheduling_strategy
+    if strategy and strategy not in STRATEGIES:
+        raise jobs.JobError(
+            f"--scheduling_strategy={strategy!r}: expected one of {', '.join(STRATEGIES)}"
+        )
+    if spec.max_wait_s and strategy != "FLEX_START":
+        raise jobs.JobError(
+            "--max_wait_duration is how long FLEX_START waits for machines: it needs "
+            f"--scheduling_strategy=FLEX_START, not {strategy or 'the default'}"
+        )
+    if strategy != "FLEX_START":
+        return
+    if spec.accelerator_type not in FLEX_START_GPUS:
+        raise jobs.JobError(
+            f"--scheduling_strategy=FLEX_START needs GPUs Dynamic Workload Scheduler "
+            f"provisions ({', '.join(FLEX_START_GPUS)}), not "
+            f"{spec.accelerator_type or 'a CPU-only machine'}"
+        )
+    if spec.reduction_servers:
+        raise jobs.JobError(
+            "--scheduling_strategy=FLEX_START needs the same machine in every pool: "
+            f"--reduction_servers runs {spec.reduction_server_machine_type}, the workers "
+            f"{spec.machine_type}"
+        )
+    if spec.timeout_s and spec.timeout_s > FLEX_START_MAX_S:
+        raise jobs.JobError(
+            f"--timeout={spec.timeout_s}s: a FLEX_START job runs at most 7 days "
+            f"({FLEX_START_MAX_S} s)"
+        )
+
+
+def check_experiment(spec: jobs.JobSpec, tuning: bool = False) -> None:
+    """Experiment and run names Vertex AI Experiments accepts, the run with its
+    experiment; a tuning job's trials cannot share one run."""
+    if spec.experiment_run and not spec.experiment:
+        raise jobs.JobError("--experiment_run needs --experiment (the experiment it belongs to)")
+    for flag in ("experiment", "experiment_run"):
+        value = getattr(spec, flag)
+        if value and not _EXPERIMENT_NAME.fullmatch(value):
+            raise jobs.JobError(
+                f"--{flag}={value!r}: expected lower-case letters, digits and '-', "
+                "starting with a letter or digit, at most 128 characters"
+            )
+    if tuning and spec.experiment_run:
+        raise jobs.JobError(
+            "--experiment_run with --hptune_config: every trial would log to the same run; "
+            "give --experiment alone"
+        )
+
+
 def check_image(spec: jobs.JobSpec, today: datetime.date | None = None) -> None:
     """The image must be one Vertex still accepts, carry a TensorFlow the package
     supports, and be a GPU image if the job has GPUs."""
@@ -127,11 +196,13 @@ def check_image(spec: jobs.JobSpec, today: datetime.date | None = None) -> None:
         )
 
 
-def check_all(spec: jobs.JobSpec) -> None:
-    """Every check that needs no network."""
+def check_all(spec: jobs.JobSpec, tuning: bool = False) -> None:
+    """Every check that needs no network (`tuning`: of a hyperparameter tuning job)."""
     for path, flag in ((spec.job_dir, "--job_dir"), (spec.package_uri, "--staging_dir")):
         if path is not None and not path.startswith("gs://"):
             raise jobs.JobError(f"{flag}={path!r}: Vertex needs a gs:// location")
     check_workers(spec)
     check_machine(spec)
+    check_scheduling(spec)
+    check_experiment(spec, tuning)
     check_image(spec)

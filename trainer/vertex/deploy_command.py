@@ -60,7 +60,7 @@ flags.DEFINE_bool("dry_run", False, "Print the requests as JSON; upload and crea
 
 
 def spec_from_flags() -> models.DeploySpec:
-    model_dir = (FLAGS.model_dir or "").rstrip("/")
+    model_dir = storage_lib.canonical(FLAGS.model_dir or "").rstrip("/")
     return models.DeploySpec(
         project=FLAGS.project,
         region=FLAGS.region,
@@ -79,8 +79,8 @@ def spec_from_flags() -> models.DeploySpec:
         max_replicas=FLAGS.max_replicas,
         accelerator_type=FLAGS.accelerator_type,
         accelerator_count=FLAGS.accelerator_count,
-        batch_input=FLAGS.batch_input,
-        batch_output=FLAGS.batch_output,
+        batch_input=FLAGS.batch_input and storage_lib.canonical(FLAGS.batch_input),
+        batch_output=FLAGS.batch_output and storage_lib.canonical(FLAGS.batch_output),
     )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import re
 
+import trainer
+
 # Read 2026-12-03 from Vertex AI's documentation: "Supported frameworks list" (prebuilt
 # containers for custom training) and "Prebuilt containers for inference and explanation"
 # (prediction). No TensorFlow training image newer than 2.17, nor prediction image newer
@@ -48,8 +50,15 @@ _PREBUILT = {
 # The package's images: <region>-docker.pkg.dev/<project>/<repository>/<role>-<cpu|gpu>
 ROLES = ("train", "serve")
 DEFAULT_REPOSITORY = "trainer"
-DEFAULT_TAG = "latest"
+# The TensorFlow the images install (containers/Dockerfile's TF_VERSION; a test holds
+# the two equal).
+IMAGE_TF_VERSION = "2.21.0"
+# Every build tags its images <package version>-tf<TF version> beside `latest`; submit
+# and deploy default to that tag, so a job runs the TensorFlow its code was tested with.
+PINNED_TAG = f"{trainer.__version__}-tf{IMAGE_TF_VERSION}"
+DEFAULT_TAG = PINNED_TAG
 _OWN = re.compile(r"/(train|serve)-(cpu|gpu)(:|@|$)")
+_PINNED = re.compile(r"/(?:train|serve)-(?:cpu|gpu):([^@]+)-tf([\w.]+)$")
 
 
 def own_image(
@@ -64,6 +73,27 @@ def own_image(
     if role not in ROLES:
         raise ValueError(f"role {role!r}: expected one of {ROLES}")
     return f"{region}-docker.pkg.dev/{project}/{repository}/{role}-{'gpu' if gpu else 'cpu'}:{tag}"
+
+
+def pinned_version(image: str) -> tuple[str, str] | None:
+    """(package version, TF version) of one of the package's images named by a pinned
+    tag, else None (`latest`, a digest, another image)."""
+    m = _PINNED.search(image)
+    return (m[1], m[2]) if m else None
+
+
+def version_mismatch(image: str, sdist: str | None) -> str | None:
+    """One line when the staged sdist (trainer-<version>.tar.gz) is another version of
+    the package than the pinned image was built with, else None."""
+    pinned = pinned_version(image)
+    m = re.fullmatch(r"trainer-(.+)\.tar\.gz", (sdist or "").rsplit("/", 1)[-1])
+    if not pinned or not m or m[1] == pinned[0]:
+        return None
+    return (
+        f"the staged package is trainer {m[1]} but {image} was built for trainer "
+        f"{pinned[0]} (TensorFlow {pinned[1]}): the job installs {m[1]} over it; its "
+        "dependencies are the image's"
+    )
 
 
 def own_kind(image: str) -> tuple[str, str] | None:
@@ -105,3 +135,8 @@ def retired(image: str, use: str, today: datetime.date) -> str | None:
         f"{image} reached its end of availability {'on' if exact else 'by'} "
         f"{date.isoformat()} and Vertex AI no longer accepts it ({SOURCE})"
     )
+
+
+if __name__ == "__main__":
+    # The tag builds give the images: containers/cloudbuild.yaml, scripts/test_images.sh.
+    print(PINNED_TAG)

@@ -10,6 +10,7 @@ workers, pool 2 Reduction Server (or parameter servers), pool 3 evaluators.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from google.cloud import aiplatform_v1 as v1
 from google.protobuf import duration_pb2
@@ -60,7 +61,13 @@ class JobSpec:
     labels: tuple[tuple[str, str], ...] = ()
     timeout_s: int | None = None
     restart_job_on_worker_restart: bool | None = None  # None: on for multi-worker jobs
-    spot: bool = False
+    # STANDARD, SPOT or FLEX_START (Dynamic Workload Scheduler); None: Vertex's default.
+    scheduling_strategy: str | None = None
+    max_wait_s: int | None = None  # FLEX_START: how long to wait for the machines
+    disable_retries: bool = False
+    persistent_resource_id: str | None = None
+    experiment: str | None = None  # Vertex AI Experiments: experiment and run names
+    experiment_run: str | None = None
     tensorboard: str | None = None
 
     @property
@@ -81,6 +88,40 @@ def parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
             raise JobError(f"--labels: {label!r} is not key=value")
         labels.append((key, value))
     return tuple(labels)
+
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(flag: str, text: str) -> int:
+    """Seconds in '3600', '90s', '30m', '2h', '1h30m' or '7d'.
+
+    Raises:
+      JobError: naming `flag` when `text` is none of those or is zero.
+    """
+    text = text.strip()
+    if text.isdigit():
+        seconds = int(text)
+    else:
+        m = _DURATION.fullmatch(text)
+        if not text or not m:
+            raise JobError(
+                f"--{flag}={text!r}: expected a duration such as 3600, 90s, 30m, 2h or 1d"
+            )
+        d, h, mi, s = (int(g or 0) for g in m.groups())
+        seconds = ((d * 24 + h) * 60 + mi) * 60 + s
+    if seconds <= 0:
+        raise JobError(f"--{flag}={text!r}: expected a duration longer than 0 seconds")
+    return seconds
+
+
+def experiment_names(spec: JobSpec) -> tuple[str, str | None]:
+    """The resource names of the spec's experiment and run, as CustomJobSpec takes them:
+    Vertex AI Experiments keeps both as contexts of the region's default metadata
+    store, a run's named <experiment>-<run>."""
+    contexts = f"{spec.parent}/metadataStores/default/contexts"
+    run = f"{contexts}/{spec.experiment}-{spec.experiment_run}" if spec.experiment_run else None
+    return f"{contexts}/{spec.experiment}", run
 
 
 def machine_spec(spec) -> v1.MachineSpec:
@@ -117,8 +158,12 @@ def custom_job_spec(spec: JobSpec) -> v1.CustomJobSpec:
     scheduling = v1.Scheduling(restart_job_on_worker_restart=restart)
     if spec.timeout_s:
         scheduling.timeout = duration_pb2.Duration(seconds=spec.timeout_s)
-    if spec.spot:
-        scheduling.strategy = v1.Scheduling.Strategy.SPOT  # type: ignore[assignment]  # proto-plus
+    if spec.scheduling_strategy:
+        scheduling.strategy = v1.Scheduling.Strategy[spec.scheduling_strategy]  # type: ignore[misc]  # proto-plus enums index by name
+    if spec.max_wait_s:
+        scheduling.max_wait_duration = duration_pb2.Duration(seconds=spec.max_wait_s)
+    if spec.disable_retries:
+        scheduling.disable_retries = True
     job_spec = v1.CustomJobSpec(
         worker_pool_specs=pools,
         scheduling=scheduling,
@@ -129,6 +174,12 @@ def custom_job_spec(spec: JobSpec) -> v1.CustomJobSpec:
         job_spec.service_account = spec.service_account
     if spec.tensorboard:
         job_spec.tensorboard = spec.tensorboard
+    if spec.persistent_resource_id:
+        job_spec.persistent_resource_id = spec.persistent_resource_id
+    if spec.experiment:
+        job_spec.experiment, run = experiment_names(spec)
+        if run:
+            job_spec.experiment_run = run
     return job_spec
 
 

@@ -11,6 +11,7 @@ import time
 
 from google.cloud import aiplatform_v1 as v1
 
+from trainer.base import storage as storage_lib
 from trainer.vertex import jobs, staging
 
 TERMINAL = {
@@ -25,7 +26,7 @@ def train_data_flag(trainer_args) -> str | None:
     """The --train_data value among the trainer's flags, if given."""
     for arg in trainer_args:
         if arg.startswith("--train_data="):
-            return arg.split("=", 1)[1]
+            return storage_lib.canonical(arg.split("=", 1)[1])
     return None
 
 

@@ -22,35 +22,14 @@ import sys
 from absl import app, flags
 
 from trainer.base import cli
-from trainer.vertex import checks, images, jobs, staging
+from trainer.base import storage as storage_lib
+from trainer.vertex import checks, experiments, images, job_flags, jobs, staging
 from trainer.vertex import submit as submit_lib
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("project", None, "Google Cloud project.")
-flags.DEFINE_string("region", "us-central1", "Vertex AI region.")
+# The job's flags (trainer.vertex.job_flags) are this command's own, in --help too.
+flags.adopt_module_key_flags(job_flags)
 flags.DEFINE_string("staging_dir", None, "gs:// folder for the package.")
-flags.DEFINE_string(
-    "job_dir",
-    None,
-    "gs:// base output directory of the job (model/, checkpoints/, logs/ below it).",
-)
-flags.DEFINE_string("display_name", None, "Job name; default trainer-<timestamp>.")
-flags.DEFINE_string("machine_type", "n1-standard-8", "Machine type of every training VM.")
-flags.DEFINE_string("accelerator_type", None, "e.g. NVIDIA_TESLA_T4, NVIDIA_L4.")
-flags.DEFINE_integer("accelerator_count", 0, "GPUs per training VM.")
-flags.DEFINE_integer("workers", 1, "Training VMs, chief included.")
-flags.DEFINE_integer("reduction_servers", 0, "Reduction Server replicas (pool 2).")
-flags.DEFINE_string("reduction_server_machine_type", "n1-highcpu-16", "Their machine type.")
-flags.DEFINE_string(
-    "image",
-    None,
-    "Training image; default: the package's own, "
-    f"{images.own_image('PROJECT', 'REGION', 'train', False)} (train-gpu "
-    "with accelerators), built by containers/cloudbuild.yaml.",
-)
-flags.DEFINE_string(
-    "repository", images.DEFAULT_REPOSITORY, "Artifact Registry repository of the default images."
-)
 flags.DEFINE_bool(
     "stage_package",
     True,
@@ -65,16 +44,6 @@ flags.DEFINE_string(
     "package instead (refused past its end of availability, see "
     "trainer/vertex/images.py).",
 )
-flags.DEFINE_string("service_account", None, "Service account the job runs as.")
-flags.DEFINE_list("labels", [], "key=value labels.")
-flags.DEFINE_integer("timeout_s", None, "Job timeout in seconds.")
-flags.DEFINE_bool(
-    "restart_job_on_worker_restart",
-    None,
-    "Restart every worker when one restarts; default: on for multi-worker jobs.",
-)
-flags.DEFINE_bool("spot", False, "Run on Spot VMs (cheaper, preemptible).")
-flags.DEFINE_string("tensorboard", None, "Vertex TensorBoard instance resource name.")
 flags.DEFINE_string("hptune_config", None, "YAML or JSON study: makes it a tuning job.")
 flags.DEFINE_bool("dry_run", False, "Print the job as JSON; upload and submit nothing.")
 flags.DEFINE_bool("stream", False, "After submitting, log the job's state until it ends.")
@@ -98,34 +67,9 @@ def load_config(path: str) -> dict:
 
 def spec_from_flags(name: str, sdist: str | None, trainer_args: tuple) -> jobs.JobSpec:
     """The job the flags describe, named `name`, installing `sdist` if given."""
-    image = FLAGS.image or images.own_image(
-        FLAGS.project, FLAGS.region, "train", bool(FLAGS.accelerator_count), FLAGS.repository
-    )
-    package_uri = (
-        f"{FLAGS.staging_dir.rstrip('/')}/{name}/{os.path.basename(sdist)}" if sdist else None
-    )
-    return jobs.JobSpec(
-        project=FLAGS.project,
-        region=FLAGS.region,
-        display_name=name,
-        package_uri=package_uri,
-        job_dir=FLAGS.job_dir,
-        trainer_args=trainer_args,
-        image=image,
-        executor_image=FLAGS.executor_image,
-        machine_type=FLAGS.machine_type,
-        accelerator_type=FLAGS.accelerator_type,
-        accelerator_count=FLAGS.accelerator_count,
-        workers=FLAGS.workers,
-        reduction_servers=FLAGS.reduction_servers,
-        reduction_server_machine_type=FLAGS.reduction_server_machine_type,
-        service_account=FLAGS.service_account,
-        labels=jobs.parse_labels(FLAGS.labels),
-        timeout_s=FLAGS.timeout_s,
-        restart_job_on_worker_restart=FLAGS.restart_job_on_worker_restart,
-        spot=FLAGS.spot,
-        tensorboard=FLAGS.tensorboard,
-    )
+    staging_dir = storage_lib.canonical(FLAGS.staging_dir or "")
+    package_uri = f"{staging_dir.rstrip('/')}/{name}/{os.path.basename(sdist)}" if sdist else None
+    return job_flags.spec_from_flags(name, package_uri, trainer_args, FLAGS.executor_image)
 
 
 def main(argv: list[str]) -> int:
@@ -141,7 +85,10 @@ def main(argv: list[str]) -> int:
         name = FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
         sdist = staging.build_sdist() if FLAGS.stage_package else None
         spec = spec_from_flags(name, sdist, tuple(argv[1:]))
-        checks.check_all(spec)
+        checks.check_all(spec, tuning=bool(FLAGS.hptune_config))
+        mismatch = images.version_mismatch(spec.image, sdist) if not spec.executor_image else None
+        if mismatch:
+            logging.warning("%s", mismatch)
         job = (
             jobs.hptune_job(spec, load_config(FLAGS.hptune_config), FLAGS.hptune_config)
             if FLAGS.hptune_config
@@ -156,6 +103,7 @@ def main(argv: list[str]) -> int:
         job_client = aiplatform_v1.JobServiceClient(
             client_options={"api_endpoint": f"{FLAGS.region}-aiplatform.googleapis.com"}
         )
+        experiments.ensure_run(spec)
         resource = submit_lib.submit(spec, job, sdist, Client(project=FLAGS.project), job_client)
     except jobs.JobError as e:
         print(f"error: {e}", file=sys.stderr)
