@@ -54,6 +54,8 @@ setup(
             "scikit-learn>=1.4",
             # the DevTools protocol of the headless Chromium that renders report.html
             "websockets>=12",
+            # property-based fuzzing of every parser of outside input (tests/test_fuzz.py)
+            "hypothesis>=6.100",
         ],
         # python -m trainer.prepare: Arrow for CSV/Parquet; Beam (Dataflow) and BigQuery's
         # Storage Read API. Installs beside TF 2.21 (Beam 2.77 takes protobuf 6.33, which

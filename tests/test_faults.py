@@ -5,6 +5,7 @@ mistake as one line with a non-zero exit and nothing half-written."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -18,12 +19,16 @@ import pytest
 import tensorflow as tf
 from test_schema import example
 
+from trainer.base import storage as storage_lib
+
 from conftest import (
     BUCKET,
     REPO,
     data_globs,
     free_ports,
+    make_config,
     read_records,
+    run_job,
     run_task,
     subprocess_env,
     task_args,
@@ -322,6 +327,158 @@ def test_crash_during_export_leaves_the_previous_model_whole(fake_gcs, job_uri, 
     assert sorted(store.listdir(job_uri)) == ["checkpoints", "logs", "model"]  # no partials
 
 
+# Storage faults (issue 31), injected at the storage boundary in-process: TensorFlow's
+# GCS filesystem raises UnavailableError once its own retries of a 429 or 503 are spent.
+STORAGE_FLAGS = dict(train_steps=60, steps_per_loop=10, checkpoint_every_steps=20, seed=7)
+
+
+def injected(text: str = "503 Service Unavailable (injected)") -> Exception:
+    return tf.errors.UnavailableError(None, None, text)
+
+
+def test_transient_storage_errors_are_retried_to_the_same_model(
+    fake_gcs, job_uri, store, monkeypatch, caplog
+):
+    clean = f"{job_uri}-clean"
+    run_job(make_config(fake_gcs, clean, **STORAGE_FLAGS))
+
+    from trainer.base import retry
+    from trainer.serving import export
+
+    monkeypatch.setattr(retry, "BASE_DELAY_S", 0.0)
+    saves = []
+    real_save = tf.train.CheckpointManager.save
+
+    def flaky_save(self, *args, **kwargs):  # the 2nd and 3rd writes fail, then all pass
+        saves.append(1)
+        if len(saves) in (2, 3):
+            raise injected()
+        return real_save(self, *args, **kwargs)
+
+    exports = []
+    real_export = export.write_saved_model
+
+    def flaky_export(*args, **kwargs):  # the first export fails half-way
+        exports.append(1)
+        if len(exports) == 1:
+            real_export(*args, **kwargs)
+            raise injected("429 Too Many Requests (injected)")
+        return real_export(*args, **kwargs)
+
+    failed_reads: set[str] = set()
+    real_gfile = tf.io.gfile.GFile
+
+    class FlakyReads(real_gfile):  # every JSON file's first read fails
+        def read(self, *args, **kwargs):
+            if self.name.endswith(".json") and self.name not in failed_reads:
+                failed_reads.add(self.name)
+                raise injected()
+            return super().read(*args, **kwargs)
+
+    monkeypatch.setattr(tf.train.CheckpointManager, "save", flaky_save)
+    monkeypatch.setattr(export, "write_saved_model", flaky_export)
+    monkeypatch.setattr(tf.io.gfile, "GFile", FlakyReads)
+    with caplog.at_level(logging.WARNING):
+        run_job(make_config(fake_gcs, job_uri, **STORAGE_FLAGS))
+    assert len(exports) == 2 and len(saves) >= 5 and failed_reads
+    assert "saving the checkpoint of step 40" in caplog.text and "retrying in" in caplog.text
+    assert f"exporting the model to {job_uri}/model failed (429" in caplog.text
+    assert_same_weights(
+        final_weights(store, f"{job_uri}/checkpoints"),
+        final_weights(store, f"{clean}/checkpoints"),
+        0,
+    )
+    assert store.read_json(f"{job_uri}/model/metrics.json")["logLoss"] == pytest.approx(
+        store.read_json(f"{clean}/model/metrics.json")["logLoss"], abs=1e-7
+    )
+    assert sorted(store.listdir(job_uri)) == ["checkpoints", "logs", "model"]  # no partials
+
+
+def test_a_permanent_storage_failure_loses_no_earlier_checkpoint_or_export(
+    fake_gcs, job_uri, store, monkeypatch
+):
+    from trainer.base import retry
+
+    run_job(make_config(fake_gcs, job_uri, **STORAGE_FLAGS))  # checkpoint and export at 60
+    exported = store.read_json(f"{job_uri}/model/metrics.json")
+    monkeypatch.setattr(retry, "BASE_DELAY_S", 0.0)
+    monkeypatch.setattr(
+        tf.train.CheckpointManager, "save", lambda self, *a, **k: (_ for _ in ()).throw(injected())
+    )
+    longer = dict(STORAGE_FLAGS, train_steps=100)
+    with pytest.raises(storage_lib.StorageError) as e:
+        run_job(make_config(fake_gcs, job_uri, **longer))
+    assert str(e.value) == (
+        f"saving the checkpoint of step 80 to {job_uri}/checkpoints: "
+        "503 Service Unavailable (injected) (after 5 attempts)"
+    )
+    # What was there is whole: the checkpoint of step 60 restores, the export serves.
+    latest = tf.train.latest_checkpoint(store.path(f"{job_uri}/checkpoints"))
+    assert latest.endswith("ckpt-60")
+    tf.train.load_checkpoint(latest).get_variable_to_shape_map()
+    assert store.read_json(f"{job_uri}/model/metrics.json") == exported
+    records = read_records(store, data_globs("binary")[1], 2)
+    model = tf.saved_model.load(store.path(f"{job_uri}/model"))
+    assert model.signatures["serving_default"](examples=tf.constant(records))[
+        "probabilities"
+    ].shape == (2, 2)
+    monkeypatch.undo()  # storage is back: the job resumes from step 60
+    result = run_job(make_config(fake_gcs, job_uri, **longer))
+    assert result.step == 100 and store.read_json(f"{job_uri}/model/metrics.json")["step"] == 100
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 24 MiB tmpfs: a disk that can fill up for real (mounting needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_loses_nothing_and_the_next_run_resumes(fake_gcs, store, small_disk):
+    import shutil
+
+    shutil.copytree(os.path.join(fake_gcs, BUCKET, "binary"), small_disk / BUCKET / "binary")
+    job_uri = f"gs://{BUCKET}/jobs/full-disk"
+    disk = storage_lib.Storage(str(small_disk))
+    flags = dict(RESUME_FLAGS, train_steps=200, checkpoint_every_steps=100)
+    first = run_task(task_args(str(small_disk), job_uri, **flags))
+    assert first.returncode == 0, first.stderr[-3000:]
+    exported = disk.read_json(f"{job_uri}/model/metrics.json")
+    # Fill the disk, all but 64 KiB.
+    free = shutil.disk_usage(small_disk).free
+    with open(small_disk / "filler", "wb") as f:
+        f.write(b"\0" * (free - (64 << 10)))
+    more = dict(flags, train_steps=400)
+    full = run_task(task_args(str(small_disk), job_uri, **more))
+    assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    last = full.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "No space left on device" in last, last
+    # The newest whole checkpoint restores (which write met the full disk depends on the
+    # sizes: one of step 300 may still have fitted), the export of step 200 serves.
+    latest = tf.train.latest_checkpoint(disk.path(f"{job_uri}/checkpoints"))
+    kept = int(latest.rsplit("-", 1)[1])
+    assert kept in (200, 300), latest
+    tf.train.load_checkpoint(latest).get_variable_to_shape_map()
+    assert disk.read_json(f"{job_uri}/model/metrics.json") == exported
+    records = read_records(disk, f"gs://{BUCKET}/binary/eval-*.tfrecord", 2)
+    model = tf.saved_model.load(disk.path(f"{job_uri}/model"))
+    assert model.signatures["serving_default"](examples=tf.constant(records))[
+        "probabilities"
+    ].shape == (2, 2)
+    os.remove(small_disk / "filler")
+    again = run_task(task_args(str(small_disk), job_uri, **more))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming at step {kept}" in again.stderr
+    assert disk.read_json(f"{job_uri}/model/metrics.json")["step"] == 400
+
+
 @pytest.fixture(scope="module")
 def bad_data(fake_gcs, store) -> dict[str, str]:
     """One folder per kind of bad input, each with a schema.json fitting the good data."""
@@ -537,6 +694,45 @@ CASES = [  # (case, flags, environment, expected last line starts with, exit cod
 ]
 
 
+# Names that would leave the fake Cloud Storage root (issue 31), for every flag that
+# takes a URI: refused before anything is read or written.
+ESCAPES = [
+    "gs://../outside/x",
+    f"gs://{BUCKET}/../../outside/x",
+    "/gcs/../outside/x",
+    "gs://Not_A_Bucket/x",
+]
+for i, name in enumerate(
+    (
+        "train_data",
+        "validation_data",
+        "test_data",
+        "schema",
+        "job_dir",
+        "model_dir",
+        "checkpoint_dir",
+        "tensorboard_dir",
+    )
+):
+    uri = ESCAPES[i % len(ESCAPES)]
+    CASES.append(
+        (f"escape {name}", {name: uri}, {}, f"error: --{name}: '{storage_lib.canonical(uri)}", 2)
+    )
+CASES.append(
+    (
+        "escape AIP_MODEL_DIR",
+        dict(job_dir=None, model_dir=None),
+        dict(
+            AIP_MODEL_DIR=f"gs://{BUCKET}/jobs/../../../outside/m",
+            AIP_CHECKPOINT_DIR=f"gs://{BUCKET}/c",
+            AIP_TENSORBOARD_LOG_DIR=f"gs://{BUCKET}/l",
+        ),
+        f"error: --model_dir: 'gs://{BUCKET}/jobs/../../../outside/m': an object name",
+        2,
+    )
+)
+
+
 @pytest.mark.parametrize(
     "case, flags, env, expected, code", CASES, ids=[c[0].replace(" ", "_") for c in CASES]
 )
@@ -550,6 +746,7 @@ def test_bad_input_is_one_line_naming_the_culprit(
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(expected) if code == 2 else expected in proc.stderr, last
     assert not store.exists(f"{job_uri}/model")  # nothing half-written
+    assert not os.path.exists(os.path.join(os.path.dirname(fake_gcs), "outside"))
 
 
 def test_skip_corrupt_records_logs_and_trains(fake_gcs, job_uri, store, bad_data):
@@ -564,3 +761,45 @@ def test_skip_corrupt_records_logs_and_trains(fake_gcs, job_uri, store, bad_data
         f"skipping the rest of a corrupt file: {B}/corrupt/part-0.tfrecord: corrupted record at "
     ) in proc.stderr
     assert store.exists(f"{job_uri}/model/saved_model.pb")
+
+
+@pytest.mark.parametrize(
+    "command, fragment",
+    [
+        (
+            [
+                "trainer.prepare",
+                "--input=gs://bkt/../../outside.csv",
+                "--label=y",
+                "--output=gs://bkt/o",
+            ],
+            "error: --input: 'gs://bkt/../../outside.csv': an object name with '.' or '..'",
+        ),
+        (
+            ["trainer.prepare", "--input=gs://bkt/x.csv", "--label=y", "--output=gs://../outside"],
+            "error: --output: 'gs://../outside': '..' is not a Cloud Storage bucket name",
+        ),
+        (
+            ["trainer.serve", "--model_dir=/gcs/bkt/../../outside"],
+            "error: '/gcs/bkt/../../outside': an object name with '.' or '..'",
+        ),
+        (
+            ["trainer.sample_data", "--output=gs://../outside", "--task=binary"],
+            "error: 'gs://../outside': '..' is not a Cloud Storage bucket name",
+        ),
+    ],
+)
+def test_the_other_commands_refuse_names_that_leave_the_fake_root(tmp_path, command, fragment):
+    root = tmp_path / "root"
+    (root / "bkt").mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", *command, f"--fake_gcs_root={root}"],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(fragment)
+    assert sorted(os.listdir(tmp_path)) == ["root"]  # nothing written beside the root

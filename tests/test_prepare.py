@@ -516,16 +516,19 @@ def train(out: str, job: str, task: str, label: str) -> str:
 
 def test_csv_over_gcs_prepares_trains_and_exports(tmp_path):
     fake = tmp_path / "gcs"
-    (fake / "b" / "raw").mkdir(parents=True)
+    (fake / "bkt" / "raw").mkdir(parents=True)
     rng = np.random.default_rng(5)
     rows = [[round(float(rng.normal()), 3), ["red", "blue", ""][i % 3], i % 2] for i in range(400)]
-    write_csv(fake / "b" / "raw" / "part-1.csv", ["x", "color", "y"], rows[:200])
-    write_csv(fake / "b" / "raw" / "part-2.csv", ["x", "color", "y"], rows[200:])
+    write_csv(fake / "bkt" / "raw" / "part-1.csv", ["x", "color", "y"], rows[:200])
+    write_csv(fake / "bkt" / "raw" / "part-2.csv", ["x", "color", "y"], rows[200:])
     proc = run_cli(
-        "--input=gs://b/raw/*.csv", "--label=y", "--output=gs://b/prep", f"--fake_gcs_root={fake}"
+        "--input=gs://bkt/raw/*.csv",
+        "--label=y",
+        "--output=gs://bkt/prep",
+        f"--fake_gcs_root={fake}",
     )
     assert proc.returncode == 0, proc.stderr
-    out = str(fake / "b" / "prep")
+    out = str(fake / "bkt" / "prep")
     counts = json.load(open(f"{out}/prepare.json"))["rows"]
     assert counts["train"] + counts["validation"] + counts["test"] == 400
     model = train(out, str(tmp_path / "job"), "binary", "y")

@@ -256,6 +256,171 @@ def test_faults_are_one_line_and_the_server_stays_healthy(store, exported, serve
     print(f"1,000 bad requests in {took:.1f} s; RSS {before:.0f} -> {after:.0f} MB")
 
 
+def corrupted(record: bytes, seed: int) -> bytes:
+    """`record` with a few bytes overwritten: a serialized tf.Example no longer, whose
+    parse error carries bytes that are not UTF-8."""
+    rng = np.random.default_rng(seed)
+    data = bytearray(record)
+    for at in rng.integers(0, len(data), 5):
+        data[at] = int(rng.integers(0, 256))
+    return bytes(data)
+
+
+def test_corrupted_examples_and_deep_nesting_are_400s_not_500s_or_dropped(store, servers):
+    """Two faults fuzzing found (issue 31): TensorFlow's parse error of a corrupted
+    Example holds non-UTF-8 bytes and raised UnicodeDecodeError in the handler (500); a
+    body of thousands of '[' raised RecursionError in json.loads (connection dropped)."""
+    server = servers["multiclass"]
+    records = read_records(store, data_globs("multiclass")[1], 4)
+    good = predict.vertex_body(records)
+    status, expected = server.request("POST", "/predict", good)
+    assert status == 200
+    answers = []
+    for seed in range(40):
+        bad = predict.vertex_body([records[0], corrupted(records[1], seed)])
+        answers.append(server.request("POST", "/predict", bad))
+    # Some corruptions still parse (a changed value); none may be a server error.
+    assert {status for status, _ in answers} <= {200, 400}
+    assert any(
+        "instances[1]: not a serialized tf.Example" in a.get("error", "") for _, a in answers
+    )
+    for body in (b"[" * 5000, b'{"instances": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"):
+        status, answer = server.request("POST", "/predict", body)
+        assert status == 400 and "nests deeper" in answer["error"], answer
+    assert server.request("POST", "/predict", good) == (200, expected)
+
+
+def started(exported, *flags: str):
+    server = Server(f"--model_dir={exported['regression']}", "--port=0", "--processes=1", *flags)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def strict_server(exported) -> Server:
+    """A server that drops a client silent for 1 s."""
+    yield from started(exported, "--client_timeout_s=1")
+
+
+@pytest.fixture(scope="module")
+def capped_server(exported) -> Server:
+    """A server that serves 40 connections at most."""
+    yield from started(exported, "--max_connections=40")
+
+
+def closed_after(sock: socket.socket, limit: float) -> float:
+    """Seconds until the server closes `sock` (recv returns b"", or the connection is
+    reset), at most `limit`."""
+    started = time.monotonic()
+    sock.settimeout(limit)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+def test_a_stalled_client_is_dropped_after_the_timeout(store, strict_server):
+    body = json.dumps(predict.vertex_body(read_records(store, data_globs("regression")[1], 1)))
+    with (
+        socket.create_connection(("127.0.0.1", strict_server.port)) as mid_body,
+        socket.create_connection(("127.0.0.1", strict_server.port)) as idle,
+    ):
+        mid_body.sendall(
+            b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+            + body.encode()[:50]
+        )
+        # Meanwhile the server answers others.
+        assert strict_server.request("POST", "/predict", json.loads(body))[0] == 200
+        assert 0.5 <= closed_after(mid_body, 10) <= 5
+        assert closed_after(idle, 10) <= 5  # idle between requests: the same timeout
+
+
+def test_connections_past_the_cap_get_a_503_line_and_the_server_recovers(store, capped_server):
+    body = predict.vertex_body(read_records(store, data_globs("regression")[1], 1))
+    idle = [socket.create_connection(("127.0.0.1", capped_server.port)) for _ in range(40)]
+    try:
+        time.sleep(0.2)  # accepted, each with its thread
+        status, answer = capped_server.request("POST", "/predict", body)
+        assert status == 503 and answer == {
+            "error": "the server has too many connections; retry later"
+        }
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 10
+    while capped_server.request("POST", "/predict", body)[0] != 200:
+        assert time.monotonic() < deadline, "connections were not freed"
+        time.sleep(0.1)
+
+
+def test_500_idle_connections_do_not_delay_a_good_request(store, servers):
+    server = servers["regression"]
+    body = predict.vertex_body(read_records(store, data_globs("regression")[1], 1))
+    assert server.request("POST", "/predict", body)[0] == 200
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(500)]
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        status, _ = server.request("POST", "/predict", body)
+        took = time.monotonic() - started
+    finally:
+        for s in idle:
+            s.close()
+    assert status == 200 and took <= 1.0, took
+    print(f"a request beside 500 idle connections: {took * 1000:.0f} ms")
+
+
+SOAK_S = float(os.environ.get("TRAINER_SOAK_S", "60"))
+SOAK_CLIENTS = 64  # the highest concurrency of benchmarks/serving.py
+SOAK_RSS_BOUND_MB = 50
+
+
+def test_a_soak_at_the_highest_concurrency_ends_without_errors_or_growth(store, servers):
+    import concurrent.futures
+
+    server = servers["regression"]
+    body = json.dumps(predict.vertex_body(read_records(store, data_globs("regression")[1], 4)))
+
+    def client(until: float) -> tuple[int, list[int], list[float]]:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        done, bad, latencies = 0, [], []
+        while time.monotonic() < until:
+            started = time.monotonic()
+            conn.request("POST", "/predict", body=body)
+            response = conn.getresponse()
+            response.read()
+            latencies.append(time.monotonic() - started)
+            if response.status != 200:
+                bad.append(response.status)
+            done += 1
+        conn.close()
+        return done, bad, latencies
+
+    with concurrent.futures.ThreadPoolExecutor(SOAK_CLIENTS) as pool:
+        warm = time.monotonic() + 5
+        list(pool.map(client, [warm] * SOAK_CLIENTS))  # threads, TF's pools, allocator
+        before = server.rss_mb()
+        until = time.monotonic() + SOAK_S
+        results = list(pool.map(client, [until] * SOAK_CLIENTS))
+    after = server.rss_mb()
+    requests = sum(r[0] for r in results)
+    errors = [status for r in results for status in r[1]]
+    latencies = np.sort([t for r in results for t in r[2]])
+    p99 = latencies[int(0.99 * (len(latencies) - 1))] * 1000
+    print(
+        f"soak: {SOAK_CLIENTS} clients for {SOAK_S:.0f} s, {requests:,} requests "
+        f"({requests / SOAK_S:,.0f}/s), p99 {p99:.0f} ms, {len(errors)} errors, "
+        f"RSS {before:.0f} -> {after:.0f} MB"
+    )
+    assert not errors and requests > SOAK_CLIENTS
+    assert after - before <= SOAK_RSS_BOUND_MB, (before, after)
+
+
 def raw_exchange(port: int, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(data)

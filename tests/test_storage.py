@@ -5,6 +5,7 @@ import os
 import pytest
 import tensorflow as tf
 
+from trainer.base import retry
 from trainer.base import storage as storage_lib
 
 
@@ -37,6 +38,42 @@ def test_gcs_mount_paths_name_the_same_objects(root):
     assert storage_lib.Storage().path("/gcs/bkt/x") == "gs://bkt/x"
     assert storage_lib.split_gcs("/gcs/bkt/a/b") == ("bkt", "a/b")
     assert not storage_lib.is_gcs("/gcsx/bkt") and not storage_lib.is_gcs("gcs/bkt")
+
+
+@pytest.mark.parametrize(
+    "uri, fragment",
+    [
+        ("gs://../etc/passwd", "'..' is not a Cloud Storage bucket name"),
+        ("gs://./x", "'.' is not a Cloud Storage bucket name"),
+        ("/gcs/../x", "'..' is not a Cloud Storage bucket name"),
+        ("gs://Bkt/x", "'Bkt' is not a Cloud Storage bucket name"),
+        ("gs://ab/x", "'ab' is not a Cloud Storage bucket name"),
+        ("gs://bkt-/x", "'bkt-' is not a Cloud Storage bucket name"),
+        ("gs://bk..t/x", "'bk..t' is not a Cloud Storage bucket name"),
+        ("gs://bkt/../../x", "an object name with '.' or '..' segments"),
+        ("gs://bkt/data/../../../x", "an object name with '.' or '..' segments"),
+        ("gs://bkt/./data/a.txt", "an object name with '.' or '..' segments"),
+        ("gs://bkt/data/*/../../x", "an object name with '.' or '..' segments"),
+    ],
+)
+def test_names_that_would_leave_the_fake_root_are_refused(root, uri, fragment):
+    outside = sorted(os.listdir(os.path.dirname(root)))
+    s = storage_lib.Storage(root)
+    for touch in (
+        s.path,
+        s.exists,
+        s.read_bytes,
+        s.glob,
+        s.makedirs,
+        lambda u: s.write_bytes(u, b"x"),
+        lambda u: s.record_writer(u),
+    ):
+        with pytest.raises(storage_lib.StorageError) as e:
+            touch(uri)
+        # The URI (or its folder, for a write) is named first.
+        assert str(e.value).startswith(repr(uri)[: len(uri) // 2]) and fragment in str(e.value)
+    assert sorted(os.listdir(os.path.dirname(root))) == outside  # nothing made outside
+    assert storage_lib.Storage().path(uri) == storage_lib.canonical(uri)  # real GCS decides
 
 
 def test_glob_returns_sorted_gcs_uris(root):
@@ -116,6 +153,8 @@ def test_cloud_storage_failures_name_the_path(monkeypatch):
 
     def unavailable(*args, **kwargs):
         raise tf.errors.UnavailableError(None, None, "network unreachable")
+
+    monkeypatch.setattr(retry, "BASE_DELAY_S", 0.0)  # retried, then given up on
 
     monkeypatch.setattr(tf.io.gfile, "GFile", unavailable)
     with pytest.raises(

@@ -62,6 +62,16 @@ flags.DEFINE_integer(
     "(intra-op) and across ops (inter-op); 0: the cores shared out among "
     "the processes.",
 )
+flags.DEFINE_float(
+    "client_timeout_s",
+    server_lib.SOCKET_TIMEOUT_S,
+    "A client silent this long, mid-request or idle between requests, is disconnected.",
+)
+flags.DEFINE_integer(
+    "max_connections",
+    server_lib.MAX_CONNECTIONS,
+    "Connections served at once per process (a thread each); past it, 503 and closed.",
+)
 flags.DEFINE_string("fake_gcs_root", None, "Serve every gs://BUCKET/PATH from DIR/BUCKET/PATH.")
 
 
@@ -98,6 +108,10 @@ def make_config(env: dict) -> server_lib.ServerConfig:
         raise ValueError(f"--tf_threads={F.tf_threads}: expected 0 or more")
     if F.processes < 0:
         raise ValueError(f"--processes={F.processes}: expected 0 (one per core) or more")
+    if not F.client_timeout_s > 0:
+        raise ValueError(f"--client_timeout_s={F.client_timeout_s}: expected more than 0")
+    if F.max_connections < 1:
+        raise ValueError(f"--max_connections={F.max_connections}: expected 1 or more")
     host = F.host or ("0.0.0.0" if env.get("AIP_HTTP_PORT") else "127.0.0.1")
     return server_lib.ServerConfig(
         model_dir=path,
@@ -105,6 +119,8 @@ def make_config(env: dict) -> server_lib.ServerConfig:
         port=int(port),
         max_body_bytes=F.max_body_bytes,
         processes=F.processes or os.cpu_count() or 1,
+        client_timeout_s=F.client_timeout_s,
+        max_connections=F.max_connections,
         **routes,
     )
 
@@ -121,7 +137,7 @@ def main(argv: list[str]) -> int:
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     try:
         config = make_config(dict(os.environ))
-    except ValueError as e:
+    except (ValueError, storage_lib.StorageError) as e:
         return _fail(str(e))
     threads = F.tf_threads or max(1, (os.cpu_count() or 1) // config.processes)
     # Read by TensorFlow's runtime when it starts, which is after this (in the loader).

@@ -180,6 +180,8 @@ def make_config(
         )
     if isinstance(hidden_units, str):
         hidden_units = parse_hidden_units(hidden_units)
+    if job_dir and storage.is_gcs(job_dir):  # named as given, before folders derive from it
+        _check_uri("job_dir", storage.canonical(job_dir), fields.get("fake_gcs_root"))
     dirs = output_dirs(job_dir, model_dir, checkpoint_dir, tensorboard_dir, env)
     config = Config(
         train_data=train_data,
@@ -274,14 +276,19 @@ URI_FIELDS = (
 
 
 def _check_uris(config: Config) -> None:
-    """Every gs:// path names a bucket."""
+    """Every gs:// path names a bucket, and under --fake_gcs_root stays inside it."""
     for name in URI_FIELDS:
         value = getattr(config, name)
         if value and storage.is_gcs(value):
-            try:
-                storage.split_gcs(value)
-            except storage.StorageError as e:
-                raise ConfigError(f"--{name}: {e}") from None
+            _check_uri(name, value, config.fake_gcs_root)
+
+
+def _check_uri(name: str, value: str, fake_gcs_root: str | None) -> None:
+    try:
+        storage.split_gcs(value)
+        storage.Storage(fake_gcs_root).path(value)
+    except storage.StorageError as e:
+        raise ConfigError(f"--{name}: {e}") from None
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

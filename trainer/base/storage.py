@@ -43,6 +43,9 @@ tf = _TensorFlowOnFirstUse()
 GCS_SCHEME = "gs://"
 # Vertex AI's Cloud Storage FUSE mount point: /gcs/BUCKET/PATH is gs://BUCKET/PATH.
 FUSE_MOUNT = "/gcs/"
+# Cloud Storage's bucket names (dotted names up to 222 characters are left out: the
+# fake root takes the common kind).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]")
 # The suffix of a folder being published (`Storage.publishing`), before its random part.
 PARTIAL = ".partial-"
 
@@ -75,6 +78,27 @@ def split_gcs(uri: str) -> tuple[str, str]:
     return bucket, path
 
 
+def _check_fake_name(uri: str, bucket: str, path: str) -> None:
+    """Names the fake root can hold as Cloud Storage would: a valid bucket, and an
+    object name that stays inside it as a path. On Cloud Storage `..` is no bucket and
+    `a/../b` an object of that name; as paths they would leave the root, so they are
+    refused rather than read or written elsewhere.
+
+    Raises:
+      StorageError: naming `uri`.
+    """
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+        raise StorageError(
+            f"{uri!r}: {bucket!r} is not a Cloud Storage bucket name (3-63 lower-case "
+            "letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+        )
+    if any(part in (".", "..") for part in path.split("/")):
+        raise StorageError(
+            f"{uri!r}: an object name with '.' or '..' segments cannot be kept under "
+            "--fake_gcs_root (on Cloud Storage it is a name, not a path up)"
+        )
+
+
 def join(base: str, *parts: str) -> str:
     """Joins path parts with '/', which both local paths and `gs://` URIs accept."""
     return "/".join([base.rstrip("/")] + [p.strip("/") for p in parts])
@@ -95,6 +119,7 @@ class Storage:
         path as its `gs://` twin)."""
         if self.fake_gcs_root and is_gcs(uri):
             bucket, path = split_gcs(uri)
+            _check_fake_name(uri, bucket, path)
             return os.path.join(os.path.abspath(self.fake_gcs_root), bucket, path)
         return canonical(uri)
 
@@ -113,7 +138,8 @@ class Storage:
         first access with TensorFlow's own error, which `describe_error` turns into a line.
         """
         if self.fake_gcs_root and is_gcs(uri):
-            bucket, _ = split_gcs(uri)
+            bucket, path = split_gcs(uri)
+            _check_fake_name(uri, bucket, path)
             bucket_dir = os.path.join(os.path.abspath(self.fake_gcs_root), bucket)
             if not os.path.isdir(bucket_dir):
                 raise StorageError(
@@ -188,11 +214,16 @@ class Storage:
         tf.io.gfile.makedirs(self.path(uri))
 
     def read_bytes(self, uri: str) -> bytes:
-        try:
-            with tf.io.gfile.GFile(self.path(uri), "rb") as f:
+        """The file's bytes; a transient failure is retried (trainer.base.retry)."""
+        from trainer.base import retry  # it imports this module
+
+        path = self.path(uri)
+
+        def read() -> bytes:
+            with tf.io.gfile.GFile(path, "rb") as f:
                 return f.read()
-        except tf.errors.OpError as e:
-            raise StorageError(f"cannot read {uri!r}: {first_line(e)}") from None
+
+        return retry.call(f"cannot read {uri!r}", read)
 
     def read_json(self, uri: str) -> Any:
         try:
@@ -203,14 +234,21 @@ class Storage:
     def write_bytes(self, uri: str, data: bytes) -> None:
         """Writes `data` to `uri` atomically: to a temporary name first, then renamed.
 
-        Readers see the old file or the whole new one, never a part.
+        Readers see the old file or the whole new one, never a part. A transient
+        failure is retried (trainer.base.retry); any other is a StorageError.
         """
+        from trainer.base import retry  # it imports this module
+
         parent = uri.rsplit("/", 1)[0] if "/" in uri else "."
         self.makedirs(parent)
         tmp = f"{uri}.tmp-{uuid.uuid4().hex[:8]}"
-        with tf.io.gfile.GFile(self.path(tmp), "wb") as f:
-            f.write(data)
-        self.rename(tmp, uri)
+
+        def write() -> None:
+            with tf.io.gfile.GFile(self.path(tmp), "wb") as f:
+                f.write(data)
+            self.rename(tmp, uri)
+
+        retry.call(f"cannot write {uri!r}", write)
 
     def write_json(self, uri: str, obj: Any) -> None:
         self.write_bytes(uri, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())

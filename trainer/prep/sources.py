@@ -133,7 +133,7 @@ class FileSource:
 
     def _open_csv(self, uri: str, types: dict) -> pacsv.CSVStreamingReader:
         try:
-            return pacsv.open_csv(
+            reader = pacsv.open_csv(
                 self.storage.open_input(uri),
                 read_options=pacsv.ReadOptions(block_size=CSV_BLOCK),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
@@ -145,6 +145,14 @@ class FileSource:
             raise self._csv_error(uri, e, types) from None
         except OSError as e:
             raise PrepareError(f"{uri}: {_first_line(e)}") from None
+        try:
+            reader.schema.names  # noqa: B018  # Arrow decodes the header here, as UTF-8
+        except UnicodeDecodeError as e:
+            raise PrepareError(
+                f"{uri}: the header is not UTF-8 text ({e.reason} at byte {e.start}); "
+                "save the file as UTF-8"
+            ) from None
+        return reader
 
     def _read_csv(self, uri: str, types: dict) -> Iterator[pa.RecordBatch]:
         reader = self._open_csv(uri, types)
@@ -167,26 +175,31 @@ class FileSource:
         """Names the file, line and column of a CSV the Arrow reader rejected (Arrow's
         message has neither file nor line, so the file is scanned again to find it)."""
         text = _first_line(error)
+        # Arrow quotes the row it choked on, whatever its size.
+        shown = text if len(text) <= 300 else text[:297] + "..."
         ragged = re.search(r"Expected (\d+) columns, got (\d+)", text)
         bad = re.search(r"column #(\d+): CSV conversion error to (\S+): invalid value '(.*)'", text)
         with self.storage.open_text(uri) as f:
             rows = csv.reader(f)
-            header = next(rows, [])
-            for row in rows:
-                if ragged and len(row) != len(header):
-                    return PrepareError(
-                        f"{uri}:{rows.line_num}: expected {len(header)} "
-                        f"columns as in the header, got {len(row)}"
-                    )
-                if bad and len(row) > int(bad[1]) and row[int(bad[1])] == bad[3]:
-                    name = header[int(bad[1])]
-                    kind = {"double": "float"}.get(bad[2], bad[2])
-                    return PrepareError(
-                        f"{uri}:{rows.line_num}: column {name!r} holds {bad[3]!r}, not a "
-                        f"{kind} like its first values; to read it as text, pass "
-                        f"--column_types={name}:string"
-                    )
-        return PrepareError(f"{uri}: {text}")
+            try:
+                header = next(rows, [])
+                for row in rows:
+                    if ragged and len(row) != len(header):
+                        return PrepareError(
+                            f"{uri}:{rows.line_num}: expected {len(header)} "
+                            f"columns as in the header, got {len(row)}"
+                        )
+                    if bad and len(row) > int(bad[1]) and row[int(bad[1])] == bad[3]:
+                        name = header[int(bad[1])]
+                        kind = {"double": "float"}.get(bad[2], bad[2])
+                        return PrepareError(
+                            f"{uri}:{rows.line_num}: column {name!r} holds {bad[3]!r}, not a "
+                            f"{kind} like its first values; to read it as text, pass "
+                            f"--column_types={name}:string"
+                        )
+            except csv.Error:  # a field past csv's limit, say: Arrow's line will do
+                pass
+        return PrepareError(f"{uri}: {shown}")
 
 
 class BigQuerySource:

@@ -23,6 +23,7 @@ import tensorflow as tf
 from trainer.base import contracts
 
 DEFAULT_SIGNATURE = contracts.SERVING_DEFAULT
+NOT_AN_EXAMPLE = "not a serialized tf.Example"
 
 
 class BodyError(ValueError):
@@ -76,7 +77,9 @@ def answer(body, model) -> dict:
     tensors = {key: _tensor(key, columns[key], spec) for key, spec in specs.items()}
     try:
         outputs = signature(**tensors)
-    except tf.errors.InvalidArgumentError as e:
+    # A corrupted serialized Example makes TensorFlow's parse error quote bytes that are
+    # not UTF-8: the error itself then fails to decode (found by tests/test_fuzz.py).
+    except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as e:
         raise BodyError(_culprit(signature, tensors, e)) from None
     # Column by column: only string outputs (the classes) need decoding, and a generic
     # walk over every number cost more than the model itself on 100 instances.
@@ -146,7 +149,7 @@ def _culprit(signature, tensors: dict, error: Exception) -> str:
     for i in range(n):
         try:
             signature(**{k: v[i : i + 1] for k, v in tensors.items()})
-        except tf.errors.InvalidArgumentError as e:
+        except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as e:
             return f"instances[{i}]: {_reason(e)}"
     return _reason(error)
 
@@ -154,6 +157,8 @@ def _culprit(signature, tensors: dict, error: Exception) -> str:
 def _reason(error: Exception) -> str:
     """TensorFlow's message in one line, without its "Graph execution error" preamble
     and op names."""
+    if isinstance(error, UnicodeDecodeError):  # its message quoted the binary value
+        return NOT_AN_EXAMPLE
     text = re.sub(r"\s*\[Op:[^\]]*\]", "", getattr(error, "message", "") or str(error))
     lines = [
         line.strip()
@@ -162,7 +167,7 @@ def _reason(error: Exception) -> str:
     ]
     line = lines[0] if lines else type(error).__name__
     # Its value is binary: cut, not shown. What the value is not says enough.
-    line = re.sub(r"Could not parse example input, value: .*", "not a serialized tf.Example", line)
+    line = re.sub(r"Could not parse example input, value: .*", NOT_AN_EXAMPLE, line)
     return line if len(line) <= 200 else line[:197] + "..."
 
 

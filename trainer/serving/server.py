@@ -15,6 +15,7 @@ beyond TensorFlow in the serving image.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.server
 import json
@@ -32,10 +33,20 @@ from trainer.serving import prefork
 # defaults; on Vertex the AIP_* variables carry them.
 # Vertex AI's limit on a request to a shared public endpoint.
 MAX_BODY_BYTES = 1_500_000
-# A client that stops sending mid-request frees its thread after this long.
+# A client that stops sending mid-request, or keeps an idle connection open, frees its
+# thread after this long (--client_timeout_s).
 SOCKET_TIMEOUT_S = 30.0
+# Connections served at once (a thread each); past it a new one gets a 503 and is
+# closed, so idle keep-alive connections cannot take every thread (--max_connections).
+MAX_CONNECTIONS = 1000
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: 61\r\n\r\n"
+    b'{"error": "the server has too many connections; retry later"}'
+)
 # How long a server whose worker died waits for its own model load to end, to report it.
 LOADER_JOIN_S = 300.0
+TOO_DEEP = "the body nests deeper than the parser allows"
 # A body too large to answer is still read (and dropped) up to this size.
 DRAIN_LIMIT_BYTES = 16 << 20
 
@@ -51,6 +62,8 @@ class ServerConfig:
     predict_route: str = contracts.PREDICT_ROUTE
     max_body_bytes: int = MAX_BODY_BYTES
     processes: int = 1  # worker processes on the one socket (prefork.py)
+    client_timeout_s: float = SOCKET_TIMEOUT_S
+    max_connections: int = MAX_CONNECTIONS
 
 
 class ModelSlot:
@@ -111,8 +124,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
     """One connection; keep-alive (HTTP/1.1), since Vertex's front end reuses them."""
 
     protocol_version = "HTTP/1.1"
-    timeout = SOCKET_TIMEOUT_S
     server: Server
+
+    def setup(self) -> None:
+        super().setup()
+        # A silent client (mid-request, or idle between requests) is dropped after this.
+        self.connection.settimeout(self.server.config.client_timeout_s)
 
     def do_GET(self) -> None:
         if self.path != self.server.config.health_route:
@@ -156,10 +173,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = json.loads(data)
         except (ValueError, UnicodeDecodeError) as e:
             return self._send(400, {"error": f"the body is not valid JSON: {e}"})
+        except RecursionError:  # thousands of '[': json.loads recurses once per level
+            return self._send(400, {"error": TOO_DEEP})
         try:
             answer = bodies.answer(body, model)
         except bodies.BodyError as e:
             return self._send(400, {"error": str(e)})
+        except RecursionError:  # nested lists just shallow enough for json.loads
+            return self._send(400, {"error": TOO_DEEP})
         except Exception as e:  # noqa: BLE001  a server error, still one line
             logging.exception("predict failed")
             return self._send(500, {"error": f"{type(e).__name__}: {e}".splitlines()[0]})
@@ -208,7 +229,29 @@ class Server(http.server.ThreadingHTTPServer):
     def __init__(self, config: ServerConfig, slot: ModelSlot):
         self.config = config
         self.slot = slot
+        self._open = 0  # connections with a thread
+        self._open_lock = threading.Lock()
         super().__init__((config.host, config.port), Handler)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for the connection, unless max_connections have one: then a 503,
+        written from the accepting thread, and the connection closed."""
+        with self._open_lock:
+            busy = self._open >= self.config.max_connections
+            self._open += not busy
+        if busy:
+            with contextlib.suppress(OSError):  # it may be gone already
+                request.sendall(BUSY)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open -= 1
 
     def handle_error(self, request, client_address) -> None:
         """A client that went away is no error of the server's; anything else is one

@@ -14,6 +14,7 @@ import tempfile
 
 import tensorflow as tf
 
+from trainer.base import retry
 from trainer.base import storage as storage_lib
 
 
@@ -28,6 +29,7 @@ class Checkpoints:
         directory: str,
         is_chief: bool,
         max_to_keep: int = 3,
+        alone: bool = True,
         **trackables,
     ):
         """Args:
@@ -35,10 +37,13 @@ class Checkpoints:
         directory: the job's checkpoint folder (URI).
         is_chief: whether this process writes there.
         max_to_keep: how many checkpoints to keep.
+        alone: no other process takes part in a save: a failed write may be retried
+          (in a cluster, a save is a collective that a retry on one task would hang).
         **trackables: what to save (model, optimizer, ...).
         """
         self.directory = directory
         self.is_chief = is_chief
+        self.attempts = retry.ATTEMPTS if alone else 1
         self._read_path = storage.path(directory)
         if is_chief:
             storage.makedirs(directory)
@@ -75,8 +80,18 @@ class Checkpoints:
         return int(latest.rsplit("-", 1)[1]) if latest else None
 
     def save(self, step: int) -> None:
-        """Saves (every worker must call it); writes to `directory` on the chief only."""
-        self.manager.save(checkpoint_number=step)
+        """Saves (every worker must call it); writes to `directory` on the chief only.
+        A write that fails leaves the earlier checkpoints as they were (TensorFlow names
+        a checkpoint in its index only once its files are whole).
+
+        Raises:
+          storage.StorageError: one line, when the write fails for good.
+        """
+        retry.call(
+            f"saving the checkpoint of step {step} to {self.directory}",
+            lambda: self.manager.save(checkpoint_number=step),
+            attempts=self.attempts,
+        )
         if self.is_chief:
             logging.info("saved checkpoint at step %d to %s", step, self.directory)
 

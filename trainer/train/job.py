@@ -88,6 +88,7 @@ def run(
         storage,
         plan.checkpoint_dir,
         is_chief,
+        alone=cluster is None or len(cluster.training_tasks) == 1,
         model=model,
         optimizer=optimizer,
         **({"selection": selection} if selection else {}),
@@ -297,7 +298,15 @@ class _Job:
             validation.fmt(metrics),
             f" (on the {summary['data']['metrics']} data)" if sums is not None else "",
         )
-        model_dir.write(plan, self.loops.model, self.loops.head, metrics, files, self.is_chief)
+        model_dir.write(
+            plan,
+            self.loops.model,
+            self.loops.head,
+            metrics,
+            files,
+            self.is_chief,
+            attempts=self.ckpt.attempts,
+        )
         return self._result(metrics)
 
     def _result(self, metrics: dict) -> Result:

@@ -10,7 +10,7 @@ import time
 
 import keras
 
-from trainer.base import contracts
+from trainer.base import contracts, retry
 from trainer.base import storage as storage_lib
 from trainer.evaluate import report
 from trainer.model import heads
@@ -25,10 +25,19 @@ def write(
     metrics: dict,
     files: dict,
     is_chief: bool,
+    attempts: int = 1,
 ) -> None:
     """Writes the SavedModel, its JSON files and `files` (name -> JSON, or text) into
     `plan.model_dir` (the chief publishes it, `Storage.publishing`; other workers, who
-    must take part in saving, write to a scratch folder that is removed)."""
+    must take part in saving, write to a scratch folder that is removed).
+
+    Args:
+      attempts: how often the chief tries the whole export (retry.call) before it gives
+        up with one line; 1 in a cluster, where saving is a collective.
+
+    Raises:
+      storage.StorageError: when the export fails for good; model_dir is then as it was.
+    """
     storage = plan.storage
     start = time.monotonic()
     if not is_chief:
@@ -39,19 +48,23 @@ def write(
             shutil.rmtree(scratch, ignore_errors=True)
         return
     logging.info("exporting the model to %s", plan.model_dir)
-    with storage.publishing(plan.model_dir) as partial:
-        export.write_saved_model(model, plan.schema, head, storage.path(partial))
-        for name, content in {
-            contracts.SCHEMA_FILE: plan.schema.to_json(),
-            contracts.CONFIG_FILE: plan.resolved().to_json(),
-            contracts.METRICS_FILE: metrics,
-            **files,
-        }.items():
-            if isinstance(content, str):
-                storage.write_bytes(storage_lib.join(partial, name), content.encode())
-            else:
-                storage.write_json(storage_lib.join(partial, name), content)
-        report.write(storage, partial)
+
+    def publish() -> None:
+        with storage.publishing(plan.model_dir) as partial:
+            export.write_saved_model(model, plan.schema, head, storage.path(partial))
+            for name, content in {
+                contracts.SCHEMA_FILE: plan.schema.to_json(),
+                contracts.CONFIG_FILE: plan.resolved().to_json(),
+                contracts.METRICS_FILE: metrics,
+                **files,
+            }.items():
+                if isinstance(content, str):
+                    storage.write_bytes(storage_lib.join(partial, name), content.encode())
+                else:
+                    storage.write_json(storage_lib.join(partial, name), content)
+            report.write(storage, partial)
+
+    retry.call(f"exporting the model to {plan.model_dir}", publish, attempts=attempts)
     logging.info("exported the model to %s in %.1fs", plan.model_dir, time.monotonic() - start)
 
 
