@@ -253,3 +253,156 @@ def test_corrupt_tfrecord_files_are_one_line_errors_naming_the_file(
     except inputs.DataError as e:
         one_line(e)
         assert str(e).startswith(f"{path}: ") or str(e).startswith(f"{path} record ")
+
+
+parquet_columns = st.lists(
+    st.tuples(
+        st.sampled_from(["y", "y", "y", "a", "b", "c.d", "", "ü"]),
+        st.sampled_from(
+            [
+                "int64",
+                "float64",
+                "string",
+                "bool",
+                "list<int64>",
+                "struct",
+                "null",
+                "timestamp",
+                "binary",
+                "decimal",
+                "dictionary",
+                "list<list<float64>>",
+            ]
+        ),
+        st.integers(0, 2**31),
+    ),
+    min_size=1,
+    max_size=5,
+    unique_by=lambda column: column[0],
+)
+
+
+def parquet_column(kind: str, rows: int, seed: int):
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    holes = rng.random(rows) < 0.2
+    pick = lambda values: [None if h else v for h, v in zip(holes, values)]  # noqa: E731
+    if kind == "int64":
+        return pa.array(pick(rng.integers(-(2**62), 2**62, rows).tolist()), pa.int64())
+    if kind == "float64":
+        return pa.array(pick(rng.choice([0.5, np.inf, -np.inf, np.nan, 1e308], rows).tolist()))
+    if kind == "string":
+        return pa.array(pick(rng.choice(["x", "", "é", "a\nb", "z" * 1000], rows).tolist()))
+    if kind == "bool":
+        return pa.array(pick(rng.random(rows) < 0.5))
+    if kind == "list<int64>":
+        return pa.array(pick([list(range(int(n))) for n in rng.integers(0, 4, rows)]))
+    if kind == "list<list<float64>>":
+        return pa.array(pick([[[1.0] * int(n)] for n in rng.integers(0, 3, rows)]))
+    if kind == "struct":
+        return pa.array(pick([{"p": int(n), "q": "s"} for n in rng.integers(0, 9, rows)]))
+    if kind == "timestamp":
+        return pa.array(pick([datetime.datetime(2020, 1, 1)] * rows), pa.timestamp("us"))
+    if kind == "binary":
+        return pa.array(pick([bytes(rng.integers(0, 256, 4).tolist())] * rows), pa.binary())
+    if kind == "decimal":
+        return pa.array(pick([decimal.Decimal("1.25")] * rows), pa.decimal128(5, 2))
+    if kind == "dictionary":
+        return pa.array(pick(rng.choice(["u", "v"], rows).tolist())).dictionary_encode()
+    return pa.nulls(rows)
+
+
+@bounded(40)
+@given(columns=parquet_columns, rows=st.integers(0, 30))
+def test_parquet_tables_prepare_or_fail_in_one_line(tmp_path_factory, store, columns, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path_factory.mktemp("parquet")
+    names = [name for name, _, _ in columns]
+    arrays = [parquet_column(kind, rows, seed) for _, kind, seed in columns]
+    try:
+        table = pa.table(dict(zip(names, arrays)))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        table = None
+    if table is None:  # a table Arrow itself cannot make: nothing to prepare
+        return
+    pq.write_table(table, folder / "t.parquet")
+    options = prep_options.Options(
+        output=str(folder / "out"),
+        input=str(folder / "t.parquet"),
+        label="y",
+        split=prep_splits.parse("random:0.8,0.1,0.1"),
+    )
+    try:
+        prep_local.run(options, store)
+    except prep_errors.PrepareError as e:
+        one_line(e)
+
+
+FLAG_LINES = [
+    "--label=y",
+    "--task=binary",
+    "--task=ranking",
+    "--train_steps=abc",
+    "--batch_size=-5",
+    "--unknown_flag=1",
+    "--label",
+    "--noshuffle",
+    "--flagfile=/nonexistent/flags.txt",
+    "--hidden_units=1,,2",
+    "# a comment",
+    "",
+    "--learning_rate=1e999",
+]
+
+
+def test_flag_files_are_read_or_one_line(tmp_path):
+    """absl's flag parser on generated --flagfile contents, in a process of its own (the
+    job's flags are process-wide): exit 0 or 2 with one line, never a traceback."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, subprocess_env
+
+    script = f"""
+import os, sys, tempfile
+from absl import flags
+from hypothesis import given, settings, strategies as st
+import trainer.task
+from trainer.base import cli
+
+lines = st.sampled_from({FLAG_LINES!r}) | st.text(max_size=30).map(lambda t: "--" + t)
+
+@settings(max_examples={LONG or 150}, derandomize={not LONG}, deadline=None, database=None)
+@given(st.lists(lines, max_size=6))
+def check(content):
+    path = os.path.join({str(tmp_path)!r}, "job.flags")
+    with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.write("\\n".join(content))
+    try:
+        cli.parse_flags(["task", "--flagfile=" + path])
+    except SystemExit as e:
+        assert e.code in (0, 2), (content, e.code)
+    finally:
+        flags.FLAGS.unparse_flags()
+
+check()
+print("ok")
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors  # the bad lines were seen and named, each in one line
