@@ -223,9 +223,14 @@ def test_csv_tables_prepare_or_fail_in_one_line(
     text = "\n".join(",".join(r) for r in [header, *rows]) + "\n"
     data = ("\ufeff" if bom else "") + text
     (folder / "t.csv").write_bytes(data.encode(encoding, errors="replace"))
+    prepared_or_one_line(store, folder / "t.csv")
+
+
+def prepared_or_one_line(store, table) -> None:
+    """trainer.prepare's local run on the file `table`: done, or its one-line error."""
     options = prep_options.Options(
-        output=str(folder / "out"),
-        input=str(folder / "t.csv"),
+        output=str(table.parent / "out"),
+        input=str(table),
         label="y",
         split=prep_splits.parse("random:0.8,0.1,0.1"),
     )
@@ -332,16 +337,7 @@ def test_parquet_tables_prepare_or_fail_in_one_line(tmp_path_factory, store, col
     if table is None:  # a table Arrow itself cannot make: nothing to prepare
         return
     pq.write_table(table, folder / "t.parquet")
-    options = prep_options.Options(
-        output=str(folder / "out"),
-        input=str(folder / "t.parquet"),
-        label="y",
-        split=prep_splits.parse("random:0.8,0.1,0.1"),
-    )
-    try:
-        prep_local.run(options, store)
-    except prep_errors.PrepareError as e:
-        one_line(e)
+    prepared_or_one_line(store, folder / "t.parquet")
 
 
 FLAG_LINES = [

@@ -501,28 +501,30 @@ def test_stream_follows_the_job_to_its_end():
     assert waits == [5, 5, 5]
 
 
-def dry_run(*flags: str) -> subprocess.CompletedProcess:
+def submit_command(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [
-            sys.executable,
-            "scripts/submit.py",
-            "--project=proj",
-            "--region=europe-west4",
-            "--staging_dir=gs://stage",
-            "--job_dir=gs://out/run-1",
-            "--display_name=run-1",
-            "--dry_run",
-            *flags,
-            "--",
-            "--train_data=gs://data/train-*",
-            "--label=y",
-            "--task=binary",
-        ],
+        [sys.executable, "scripts/submit.py", *args],
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=120,
+    )
+
+
+def dry_run(*flags: str) -> subprocess.CompletedProcess:
+    return submit_command(
+        "--project=proj",
+        "--region=europe-west4",
+        "--staging_dir=gs://stage",
+        "--job_dir=gs://out/run-1",
+        "--display_name=run-1",
+        "--dry_run",
+        *flags,
+        "--",
+        "--train_data=gs://data/train-*",
+        "--label=y",
+        "--task=binary",
     )
 
 
@@ -572,36 +574,27 @@ def test_dry_run_prints_json_vertex_accepts(shape, flags, pools):
 
 
 def test_dry_run_sets_scheduling_persistent_resource_and_experiment_with_a_pinned_image():
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/submit.py",
-            "--project=proj",
-            "--region=europe-west4",
-            "--staging_dir=/gcs/stage",  # Vertex's mount path is its gs:// twin
-            "--job_dir=/gcs/out/run-1",
-            "--display_name=run-1",
-            "--machine_type=a3-highgpu-1g",
-            "--accelerator_type=NVIDIA_H100_80GB",
-            "--accelerator_count=1",
-            "--scheduling_strategy=FLEX_START",
-            "--max_wait_duration=2h",
-            "--timeout=3d",
-            "--disable_retries",
-            "--persistent_resource_id=pool-1",
-            "--experiment=churn",
-            "--experiment_run=run-1",
-            "--dry_run",
-            "--",
-            "--train_data=/gcs/data/train-*",
-            "--label=y",
-            "--task=binary",
-        ],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = submit_command(
+        "--project=proj",
+        "--region=europe-west4",
+        "--staging_dir=/gcs/stage",  # Vertex's mount path is its gs:// twin
+        "--job_dir=/gcs/out/run-1",
+        "--display_name=run-1",
+        "--machine_type=a3-highgpu-1g",
+        "--accelerator_type=NVIDIA_H100_80GB",
+        "--accelerator_count=1",
+        "--scheduling_strategy=FLEX_START",
+        "--max_wait_duration=2h",
+        "--timeout=3d",
+        "--disable_retries",
+        "--persistent_resource_id=pool-1",
+        "--experiment=churn",
+        "--experiment_run=run-1",
+        "--dry_run",
+        "--",
+        "--train_data=/gcs/data/train-*",
+        "--label=y",
+        "--task=binary",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     job = v1.CustomJob.from_json(proc.stdout)
