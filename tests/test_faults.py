@@ -342,10 +342,9 @@ def test_transient_storage_errors_are_retried_to_the_same_model(
     clean = f"{job_uri}-clean"
     run_job(make_config(fake_gcs, clean, **STORAGE_FLAGS))
 
-    from trainer.base import retry
     from trainer.serving import export
 
-    monkeypatch.setattr(retry, "BASE_DELAY_S", 0.0)
+    monkeypatch.setattr(storage_lib, "RETRY_BASE_DELAY_S", 0.0)
     saves = []
     real_save = tf.train.CheckpointManager.save
 
@@ -397,11 +396,9 @@ def test_transient_storage_errors_are_retried_to_the_same_model(
 def test_a_permanent_storage_failure_loses_no_earlier_checkpoint_or_export(
     fake_gcs, job_uri, store, monkeypatch
 ):
-    from trainer.base import retry
-
     run_job(make_config(fake_gcs, job_uri, **STORAGE_FLAGS))  # checkpoint and export at 60
     exported = store.read_json(f"{job_uri}/model/metrics.json")
-    monkeypatch.setattr(retry, "BASE_DELAY_S", 0.0)
+    monkeypatch.setattr(storage_lib, "RETRY_BASE_DELAY_S", 0.0)
     monkeypatch.setattr(
         tf.train.CheckpointManager, "save", lambda self, *a, **k: (_ for _ in ()).throw(injected())
     )

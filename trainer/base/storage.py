@@ -21,11 +21,13 @@ import contextlib
 import dataclasses
 import io
 import json
+import logging
 import os
 import re
+import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 
 class _TensorFlowOnFirstUse:
@@ -214,16 +216,14 @@ class Storage:
         tf.io.gfile.makedirs(self.path(uri))
 
     def read_bytes(self, uri: str) -> bytes:
-        """The file's bytes; a transient failure is retried (trainer.base.retry)."""
-        from trainer.base import retry  # it imports this module
-
+        """The file's bytes; a transient failure is retried (`retrying`)."""
         path = self.path(uri)
 
         def read() -> bytes:
             with tf.io.gfile.GFile(path, "rb") as f:
                 return f.read()
 
-        return retry.call(f"cannot read {uri!r}", read)
+        return retrying(f"cannot read {uri!r}", read)
 
     def read_json(self, uri: str) -> Any:
         try:
@@ -235,10 +235,8 @@ class Storage:
         """Writes `data` to `uri` atomically: to a temporary name first, then renamed.
 
         Readers see the old file or the whole new one, never a part. A transient
-        failure is retried (trainer.base.retry); any other is a StorageError.
+        failure is retried (`retrying`); any other is a StorageError.
         """
-        from trainer.base import retry  # it imports this module
-
         parent = uri.rsplit("/", 1)[0] if "/" in uri else "."
         self.makedirs(parent)
         tmp = f"{uri}.tmp-{uuid.uuid4().hex[:8]}"
@@ -248,7 +246,7 @@ class Storage:
                 f.write(data)
             self.rename(tmp, uri)
 
-        retry.call(f"cannot write {uri!r}", write)
+        retrying(f"cannot write {uri!r}", write)
 
     def write_json(self, uri: str, obj: Any) -> None:
         self.write_bytes(uri, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
@@ -320,3 +318,55 @@ def first_line(error: BaseException) -> str:
     text = getattr(error, "message", None) or str(error)
     text = re.sub(r"\{\{[^}]*\}\}|\[Op:\w+\]( name: \S*)?|Name: <unknown>, ", "", text).strip()
     return text.splitlines()[0].strip() if text else type(error).__name__
+
+
+# Retries. Cloud Storage answers 429 (too many requests) and 503 (backend unavailable)
+# from time to time; TensorFlow's GCS filesystem retries a request a few times itself and
+# then raises UnavailableError (as it does for 5xx and timeouts). A job of hours should
+# not die of a minute's outage: checkpoint writes, exports and this module's own reads
+# and writes go through `retrying`, with exponential backoff (1, 2, 4, 8 s), each retry
+# logged. Any other failure, or the last attempt's, is a StorageError of one line naming
+# what was being done; earlier checkpoints and exports are left as they were (each is
+# written whole or not at all).
+RETRY_ATTEMPTS = 5
+RETRY_BASE_DELAY_S = 1.0
+T = TypeVar("T")
+
+
+def retrying(
+    what: str, fn: Callable[[], T], *, attempts: int = RETRY_ATTEMPTS, sleep=time.sleep
+) -> T:
+    """`fn()`, retried on transient storage errors.
+
+    Args:
+      what: what `fn` does, for the log and the error ("saving checkpoint 300 to gs://...").
+
+    Raises:
+      StorageError: naming `what`, when `fn` fails with another TensorFlow or OS error (a
+        full disk, a permission) or keeps failing.
+    """
+    transient = (
+        tf.errors.UnavailableError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.AbortedError,
+    )
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except transient as e:
+            if attempt == attempts:
+                tries = f"{attempts} attempt{'s' if attempts > 1 else ''}"
+                raise StorageError(f"{what}: {first_line(e)} (after {tries})") from None
+            delay = RETRY_BASE_DELAY_S * 2 ** (attempt - 1)
+            logging.warning(
+                "%s failed (%s); retrying in %.0f s (attempt %d of %d)",
+                what,
+                first_line(e),
+                delay,
+                attempt + 1,
+                attempts,
+            )
+            sleep(delay)
+        except (tf.errors.OpError, OSError) as e:  # a full disk, a permission: for good
+            raise StorageError(f"{what}: {first_line(e)}") from None
+    raise AssertionError("unreachable")  # the loop returns or raises

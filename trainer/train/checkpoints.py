@@ -14,7 +14,6 @@ import tempfile
 
 import tensorflow as tf
 
-from trainer.base import retry
 from trainer.base import storage as storage_lib
 
 
@@ -43,7 +42,7 @@ class Checkpoints:
         """
         self.directory = directory
         self.is_chief = is_chief
-        self.attempts = retry.ATTEMPTS if alone else 1
+        self.attempts = storage_lib.RETRY_ATTEMPTS if alone else 1
         self._read_path = storage.path(directory)
         if is_chief:
             storage.makedirs(directory)
@@ -87,7 +86,7 @@ class Checkpoints:
         Raises:
           storage.StorageError: one line, when the write fails for good.
         """
-        retry.call(
+        storage_lib.retrying(
             f"saving the checkpoint of step {step} to {self.directory}",
             lambda: self.manager.save(checkpoint_number=step),
             attempts=self.attempts,

@@ -10,7 +10,7 @@ import time
 
 import keras
 
-from trainer.base import contracts, retry
+from trainer.base import contracts
 from trainer.base import storage as storage_lib
 from trainer.evaluate import report
 from trainer.model import heads
@@ -32,7 +32,7 @@ def write(
     must take part in saving, write to a scratch folder that is removed).
 
     Args:
-      attempts: how often the chief tries the whole export (retry.call) before it gives
+      attempts: how often the chief tries the whole export (storage_lib.retrying) before it gives
         up with one line; 1 in a cluster, where saving is a collective.
 
     Raises:
@@ -64,7 +64,7 @@ def write(
                     storage.write_json(storage_lib.join(partial, name), content)
             report.write(storage, partial)
 
-    retry.call(f"exporting the model to {plan.model_dir}", publish, attempts=attempts)
+    storage_lib.retrying(f"exporting the model to {plan.model_dir}", publish, attempts=attempts)
     logging.info("exported the model to %s in %.1fs", plan.model_dir, time.monotonic() - start)
 
 
