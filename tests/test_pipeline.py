@@ -240,3 +240,24 @@ def test_run_local_prepares_and_trains_on_kfp_local(tmp_path):
         "train",
         "validation",
     ]
+
+
+def test_a_failed_step_on_kfp_local_is_one_line_not_a_traceback(tmp_path):
+    root = tmp_path / "gcs"
+    (root / "bkt" / "raw").mkdir(parents=True)
+    (root / "bkt" / "raw" / "t.csv").write_text("x,y\n1,0\n2,1\n")
+    proc = pipeline_command(
+        "--project=proj",
+        "--job_dir=gs://bkt/jobs/run-1",
+        "--input=gs://bkt/raw/*.csv",
+        "--label=nope",
+        "--task=binary",
+        "--run_local",
+        f"--fake_gcs_root={root}",
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: the pipeline's step 'prepare' failed; its log above ends with why"
+    )
+    # The step's own line names the culprit.
+    assert "error: --label: 'nope' is not a column of gs://bkt/raw/t.csv" in proc.stdout

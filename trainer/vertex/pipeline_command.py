@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
 import sys
 import tempfile
 
@@ -131,7 +132,16 @@ def main(argv: list[str]) -> int:
         )
         if FLAGS.run_local:
             store = storage_lib.Storage(settings.fake_gcs_root)
-            pipeline.run_here(settings, store.path(pipeline_root))
+            try:
+                pipeline.run_here(settings, store.path(pipeline_root))
+            except RuntimeError as e:  # kfp's: the step's own error is in its log above
+                step = re.search(r"Inner task failed: \W*(\w[\w-]*)", _plain(str(e)))
+                print(
+                    f"error: the pipeline's step {step[1] if step else '?'!r} failed; "
+                    "its log above ends with why",
+                    file=sys.stderr,
+                )
+                return 1
             print(storage_lib.join(settings.job.job_dir, "model"))
             return 0
         if FLAGS.compile:
@@ -143,6 +153,11 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _plain(text: str) -> str:
+    """`text` without the terminal colours kfp's messages carry."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def submit(settings, pipeline, pipeline_root: str) -> int:
