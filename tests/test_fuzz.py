@@ -336,7 +336,10 @@ def test_parquet_tables_prepare_or_fail_in_one_line(tmp_path_factory, store, col
         table = None
     if table is None:  # a table Arrow itself cannot make: nothing to prepare
         return
-    pq.write_table(table, folder / "t.parquet")
+    try:
+        pq.write_table(table, folder / "t.parquet")
+    except pa.ArrowNotImplementedError:  # e.g. a dictionary of nulls: Parquet cannot hold it
+        return
     prepared_or_one_line(store, folder / "t.parquet")
 
 
