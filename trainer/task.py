@@ -118,8 +118,8 @@ flags.DEFINE_float(
     "learning_rate",
     D["learning_rate"],
     "Adam learning rate (ple_mlp: the first, decayed on a cosine to 0 over the run); "
-    f"unset: {defaults.DEFAULT_LEARNING_RATE:g}, for ple_mlp doubled at batches of 128 "
-    "and more.",
+    f"unset: {defaults.DEFAULT_LEARNING_RATE:g}, for ple_mlp doubled at batches of "
+    f"{defaults.LARGE_BATCH['ple_mlp'][0]} and more.",
 )
 _SMALL = (
     f"{_units(defaults.SMALL_DATA_HIDDEN_UNITS['ple_mlp'])} below "

@@ -24,6 +24,9 @@ REPORT_FILE = "report.html"
 TREES_FILE = "trees.txt"
 # trainer.prepare's output folder: its record counts and column kinds.
 PREPARE_FILE = "prepare.json"
+# ...and its splits, each in files named SPLIT-00000-of-00004.tfrecord (trainer.prep.shards):
+# the pipeline's train step reads them as --train_data=OUT/train-* and so on.
+SPLITS = ("train", "validation", "test")
 
 # The export's signatures: serialized tf.Examples (Vertex online prediction), and raw
 # named features (rawPredict, the `instances` of a JSON body).

@@ -19,9 +19,10 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from trainer.base import contracts
 from trainer.prep.errors import PrepareError
 
-NAMES = ("train", "validation", "test")
+NAMES = contracts.SPLITS
 METHODS = ("random", "stratified", "timestamp", "column")
 HASH_RANGE = 1 << 62
 _COLUMN_VALUES = {"train": 0, "training": 0, "validate": 1, "validation": 1, "test": 2}

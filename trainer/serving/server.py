@@ -39,10 +39,10 @@ SOCKET_TIMEOUT_S = 30.0
 # Connections served at once (a thread each); past it a new one gets a 503 and is
 # closed, so idle keep-alive connections cannot take every thread (--max_connections).
 MAX_CONNECTIONS = 1000
+_BUSY_BODY = json.dumps({"error": "the server has too many connections; retry later"}).encode()
 BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Connection: close\r\nContent-Length: 61\r\n\r\n"
-    b'{"error": "the server has too many connections; retry later"}'
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
 )
 # How long a server whose worker died waits for its own model load to end, to report it.
 LOADER_JOIN_S = 300.0

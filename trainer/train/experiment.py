@@ -75,7 +75,8 @@ def log(env: Mapping[str, str], params: Mapping, metrics: Mapping, sdk: Any = No
             sdk.start_run(run, resume=True)
         except Exception:  # noqa: BLE001  # the submitter creates the run; a job run without it creates it
             sdk.start_run(run)
-        sdk.log_params(flatten(params))
+        flat = flatten(params)
+        sdk.log_params(flat)
         numbers = {k: v for k, v in flatten(metrics).items() if isinstance(v, (int, float))}
         sdk.log_metrics(numbers)
         sdk.end_run()
@@ -89,7 +90,7 @@ def log(env: Mapping[str, str], params: Mapping, metrics: Mapping, sdk: Any = No
         return False
     logging.info(
         "logged %d parameters and %d metrics to Vertex AI Experiments run %r of %r",
-        len(flatten(params)),
+        len(flat),
         len(numbers),
         run,
         experiment,

@@ -3,6 +3,8 @@ the pipeline command (trainer/vertex/pipeline_command.py), and the JobSpec they 
 
 from __future__ import annotations
 
+import datetime
+
 from absl import flags
 
 from trainer.base import storage as storage_lib
@@ -76,6 +78,11 @@ flags.DEFINE_string(
     "Run of --experiment the job logs its plan and final metrics to (created if missing).",
 )
 flags.DEFINE_string("tensorboard", None, "Vertex TensorBoard instance resource name.")
+
+
+def display_name() -> str:
+    """--display_name, or trainer-<timestamp>."""
+    return FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
 
 
 def scheduling_strategy() -> str | None:

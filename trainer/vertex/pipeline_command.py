@@ -16,7 +16,6 @@ and train steps here, on kfp.local, against --fake_gcs_root.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import re
@@ -26,6 +25,7 @@ import tempfile
 from absl import app, flags
 
 from trainer.base import cli
+from trainer.base import config as config_lib
 from trainer.base import storage as storage_lib
 from trainer.vertex import checks, exports, images, job_flags, jobs, models
 
@@ -35,7 +35,7 @@ flags.adopt_module_key_flags(job_flags)
 flags.DEFINE_string("input", None, "CSV or Parquet files to prepare: a glob, gs://.")
 flags.DEFINE_string("bigquery_table", None, "Or a BigQuery table, PROJECT.DATASET.TABLE.")
 flags.DEFINE_string("label", None, "The target column.")
-flags.DEFINE_enum("task", None, ["regression", "binary", "multiclass"], "What the label is.")
+flags.DEFINE_enum("task", None, list(config_lib.TASKS), "What the label is.")
 flags.DEFINE_string("split", "random:0.8,0.1,0.1", "trainer.prepare's --split.")
 flags.DEFINE_string("data_dir", None, "Where the prepared TFRecords go; default <job_dir>/data.")
 flags.DEFINE_string(
@@ -79,11 +79,11 @@ def settings_from_flags(trainer_args: tuple[str, ...]):
         raise jobs.JobError("give --compile=FILE and/or --submit, or --run_local")
     if FLAGS.run_local and not FLAGS.fake_gcs_root:
         raise jobs.JobError("--run_local needs --fake_gcs_root: the steps read and write there")
-    name = FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
-    job_dir = storage_lib.canonical(FLAGS.job_dir).rstrip("/")
+    name = job_flags.display_name()
     job = job_flags.spec_from_flags(
         name, None, (f"--label={FLAGS.label}", f"--task={FLAGS.task}", *trainer_args)
     )
+    job_dir = job.job_dir.rstrip("/")
     deploy = None
     if FLAGS.register and not FLAGS.run_local:
         deploy = models.DeploySpec(

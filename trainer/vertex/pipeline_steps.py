@@ -18,10 +18,9 @@ import subprocess
 import sys
 from typing import Any
 
+from trainer.base import contracts
 from trainer.base import storage as storage_lib
 from trainer.vertex import jobs, models
-
-SPLITS = ("train", "validation", "test")
 
 
 class StepError(RuntimeError):
@@ -30,7 +29,7 @@ class StepError(RuntimeError):
 
 def data_flags(data: str) -> list[str]:
     """trainer.task's data flags for trainer.prepare's output folder."""
-    return [f"--{split}_data={data.rstrip('/')}/{split}-*" for split in SPLITS]
+    return [f"--{split}_data={data.rstrip('/')}/{split}-*" for split in contracts.SPLITS]
 
 
 def _run(step: str, args: list[str]) -> None:

@@ -14,7 +14,6 @@ installs the sdist of the current code, staged under --staging_dir, when it star
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import sys
@@ -82,7 +81,7 @@ def main(argv: list[str]) -> int:
             raise jobs.JobError(
                 "--deploy needs --stream: the model exists once the job has succeeded"
             )
-        name = FLAGS.display_name or datetime.datetime.now().strftime("trainer-%Y%m%d-%H%M%S")
+        name = job_flags.display_name()
         sdist = staging.build_sdist() if FLAGS.stage_package else None
         spec = spec_from_flags(name, sdist, tuple(argv[1:]))
         checks.check_all(spec, tuning=bool(FLAGS.hptune_config))
