@@ -134,16 +134,22 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_task(args: list[str], timeout: float = 180, **env) -> subprocess.CompletedProcess:
-    """Runs `python -m trainer.task ARGS` and returns the finished process."""
+def run_python(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """Runs `python ARGS` (a script, or `-m` and a module) in the checkout, with the
+    test environment plus `env`, and returns the finished process."""
     return subprocess.run(
-        [sys.executable, "-m", "trainer.task", *args],
+        [sys.executable, *args],
         cwd=REPO,
         env=subprocess_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def run_task(args: list[str], timeout: float = 180, **env) -> subprocess.CompletedProcess:
+    """Runs `python -m trainer.task ARGS` and returns the finished process."""
+    return run_python("-m", "trainer.task", *args, timeout=timeout, **env)
 
 
 def free_ports(n: int) -> list[int]:

@@ -14,18 +14,11 @@ import tensorflow as tf
 
 from trainer.serving import explain
 
-from conftest import REPO, linear_model, make_config, read_records, run_job, subprocess_env
+from conftest import linear_model, make_config, read_records, run_job, run_python
 
 
 def run_predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "scripts/predict.py", *args],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python("scripts/predict.py", *args)
 
 
 @pytest.mark.parametrize("task", ["regression", "binary", "multiclass"])

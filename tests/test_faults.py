@@ -29,6 +29,7 @@ from conftest import (
     make_config,
     read_records,
     run_job,
+    run_python,
     run_task,
     subprocess_env,
     task_args,
@@ -789,14 +790,7 @@ def test_skip_corrupt_records_logs_and_trains(fake_gcs, job_uri, store, bad_data
 def test_the_other_commands_refuse_names_that_leave_the_fake_root(tmp_path, command, fragment):
     root = tmp_path / "root"
     (root / "bkt").mkdir(parents=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", *command, f"--fake_gcs_root={root}"],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_python("-m", *command, f"--fake_gcs_root={root}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(fragment)
     assert sorted(os.listdir(tmp_path)) == ["root"]  # nothing written beside the root

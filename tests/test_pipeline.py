@@ -9,7 +9,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -21,7 +20,7 @@ from test_deploy import FakeServices
 import trainer
 from trainer.vertex import images, jobs, models, pipeline_steps
 
-from conftest import REPO, subprocess_env
+from conftest import run_python
 
 PINNED = f"{trainer.__version__}-tf{images.IMAGE_TF_VERSION}"
 VERTEX_FLAGS = [
@@ -45,14 +44,7 @@ VERTEX_FLAGS = [
 
 
 def pipeline_command(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "scripts/pipeline.py", *flags],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_python("scripts/pipeline.py", *flags, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import types
 
 import numpy as np
@@ -14,7 +13,7 @@ import tensorflow as tf
 
 from trainer.serving import bodies, client
 
-from conftest import REPO, TASKS, data_globs, read_records, subprocess_env
+from conftest import TASKS, data_globs, read_records, run_python
 
 # What trainer.predict is made of: its client of an export and the server's decoder.
 predict = types.SimpleNamespace(
@@ -101,14 +100,7 @@ def test_bodies_tf_serving_would_reject_are_named(exported, body, fragment):
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "scripts/predict.py", *args],
-        cwd=REPO,
-        env={**subprocess_env(), "PYTHONPATH": ""},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python("scripts/predict.py", *args, PYTHONPATH="")
 
 
 def test_command_line_round_trip_prints_no_start_up_noise(store, exported, tmp_path):

@@ -10,7 +10,6 @@ import glob
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +25,7 @@ from trainer.prep import local, splits
 from trainer.prep.errors import PrepareError
 from trainer.prep.options import Options
 
-from conftest import REPO, subprocess_env
+from conftest import run_python
 
 STORE = storage_lib.Storage()
 NAMES = ("train", "validation", "test")
@@ -67,14 +66,7 @@ def prepare(tmp_path, name="out", **kw) -> tuple[str, dict]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer.prepare", *args],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python("-m", "trainer.prepare", *args)
 
 
 def write_csv(path, header, rows) -> str:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from headless import Page
 
-from conftest import REPO, subprocess_env
+from conftest import run_python
 
 
 @pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
@@ -52,14 +51,7 @@ def test_the_report_renders_in_chromium_with_every_image_and_no_request(exported
 
 
 def run_report(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer.report", *args],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python("-m", "trainer.report", *args)
 
 
 def test_trainer_report_rebuilds_it_from_model_dir(exported, tmp_path):

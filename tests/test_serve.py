@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from test_predict import predict, records_with_a_missing_feature
 
-from conftest import BUCKET, REPO, TASKS, data_globs, read_records, subprocess_env
+from conftest import BUCKET, REPO, TASKS, data_globs, read_records, run_python, subprocess_env
 
 TOLERANCE = 1e-6  # server against the model called in-process
 # RSS growth allowed over 1,000 bad requests: Python's allocator keeps freed arenas, so
@@ -458,14 +458,7 @@ def test_predict_script_sends_its_bodies_to_the_server(store, exported, servers,
 
 
 def run_serve(*flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainer.serve", *flags],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python("-m", "trainer.serve", *flags)
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from trainer.base import contracts
 from trainer.vertex import checks, images, jobs, staging
 from trainer.vertex import submit as submit_lib
 
-from conftest import REPO, free_ports, subprocess_env
+from conftest import REPO, free_ports, run_python
 
 # The default tag: the package's version and the TensorFlow its images install.
 PINNED = f"{trainer.__version__}-tf{images.IMAGE_TF_VERSION}"
@@ -502,14 +502,7 @@ def test_stream_follows_the_job_to_its_end():
 
 
 def submit_command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "scripts/submit.py", *args],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python("scripts/submit.py", *args)
 
 
 def dry_run(*flags: str) -> subprocess.CompletedProcess:
