@@ -273,19 +273,25 @@ def _typed(tables: dict) -> dict:
     return out
 
 
+def split_rows(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The benchmark's 80/20 split of `rows` rows (seed 0): training and test row indices."""
+    order = np.random.default_rng(0).permutation(rows)
+    return order[: int(0.8 * rows)], order[int(0.8 * rows) :]
+
+
 def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.ndarray]:
-    """The dataset as Parquet with its 80/20 split as a predefined split column, converted
-    by `trainer.prepare` (as a user would): returns the train and eval globs and rows."""
+    """The dataset as Parquet with its 80/20 split (`split_rows`) as a predefined split
+    column, converted by `trainer.prepare` (as a user would): returns the train and eval
+    globs and rows."""
     from trainer.base import storage as storage_lib
     from trainer.prep import local, splits
     from trainer.prep.options import Options
 
-    order = np.random.default_rng(0).permutation(len(y))
-    cut = int(0.8 * len(y))
+    train_rows, test_rows = split_rows(len(y))
     frame = x.rename(columns={c: c.replace(" ", "_") for c in x.columns})
     frame["target"] = y.astype(float) if task == "regression" else y
     which = np.full(len(y), "TEST", dtype=object)
-    which[order[:cut]] = "TRAIN"
+    which[train_rows] = "TRAIN"
     frame["benchmark_split"] = which
     folder = os.path.join(FLAGS.data_dir, name)
     os.makedirs(folder, exist_ok=True)
@@ -300,7 +306,7 @@ def write_split(name: str, x, y, task: str) -> tuple[str, str, np.ndarray, np.nd
         ),
         storage_lib.Storage(),
     )
-    return f"{out}/train-*", f"{out}/test-*", order[:cut], order[cut:]
+    return f"{out}/train-*", f"{out}/test-*", train_rows, test_rows
 
 
 def trainer_metrics(
@@ -435,6 +441,18 @@ def error_ratio(row: dict) -> float:
     return ours / theirs
 
 
+def scored(task: str, rows: int, runs: list[dict], boost: dict) -> dict:
+    """Our figures (medians over `runs`, one per seed) beside HistGradientBoosting's
+    (`boost`), each one's ratio, and the error ratio (`error_ratio`)."""
+    row: dict = {"task": task, "rows": rows}
+    for key in KEYS[task]:
+        row[key] = float(np.median([r[key] for r in runs]))
+        row[f"boosting {key}"] = boost[key]
+        row[f"{key} ratio"] = row[key] / boost[key]
+    row["error ratio"] = error_ratio(row)
+    return row
+
+
 def summary(rows: list[dict]) -> list[str]:
     """Per flag set and task: the geometric mean of the error ratios, and the worst."""
     lines = []
@@ -540,13 +558,8 @@ def main(argv):
                 failed.append(f"{name} {extra or 'defaults'}: {str(e).strip().splitlines()[-1]}")
                 print(f"failed: {failed[-1]}", flush=True)
                 continue
-            ours = {key: float(np.median([r[key] for r in runs])) for key in KEYS[task]}
             row = {"dataset": name, "task": task, "rows": len(y), "flags": extra or "defaults"}
-            for key in KEYS[task]:
-                row[key] = ours[key]
-                row[f"boosting {key}"] = boost[key]
-                row[f"{key} ratio"] = ours[key] / boost[key]
-            row["error ratio"] = error_ratio(row)
+            row.update(scored(task, len(y), runs, boost))
             row["seconds"] = float(np.median([r["seconds"] for r in runs]))
             row["job seconds"] = float(np.median([r["job seconds"] for r in runs]))
             row["boosting seconds"] = boost["seconds"]

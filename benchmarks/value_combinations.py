@@ -29,6 +29,7 @@ to be read beside the default's ratio on the same split.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 
@@ -36,6 +37,9 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import real_data
+from trainer.base import config as config_lib
+from trainer.data import exact_values
+from trainer.data import schema as schema_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("guard", False, "Keep the combinations only where LightGBM says so (2.).")
@@ -48,10 +52,12 @@ flags.DEFINE_enum(
     "the mean of the five out-of-fold encodings (as a training row sees one of them).",
 )
 
-FOLDS = 5
-PRIOR = 1.0  # records of the overall mean each group's mean starts from
-SAMPLE = 10_000  # the schema's sample (config.schema_sample_records)
-MAX_VALUES = 256  # schema.EXACT_VALUES
+# As the schema's choice of exact values counts: its folds, its prior (records of the
+# overall mean each group's mean starts from), its sample and its most values.
+FOLDS = exact_values.FOLDS
+PRIOR = exact_values.PRIOR_RECORDS
+SAMPLE = config_lib.Config.schema_sample_records
+MAX_VALUES = schema_lib.EXACT_VALUES
 CANDIDATES = 12
 MAX_COMBINATIONS = 3
 MAX_COLUMNS = 5
@@ -86,22 +92,34 @@ def combined(columns: list[np.ndarray]) -> np.ndarray:
     return np.unique(key, return_inverse=True)[1]
 
 
-def _means(groups: np.ndarray, t: np.ndarray, size: int) -> np.ndarray:
+def _means(groups: np.ndarray, values: np.ndarray, size: int, center) -> np.ndarray:
+    """[size, units]: each group's mean of `values`, started from PRIOR records of `center`."""
     counts = np.bincount(groups, minlength=size)[:, None]
     sums = np.stack(
-        [np.bincount(groups, weights=t[:, j], minlength=size) for j in range(t.shape[1])], 1
+        [np.bincount(groups, weights=values[:, j], minlength=size) for j in range(values.shape[1])],
+        1,
     )
-    return (sums + PRIOR * t.mean(0)) / (counts + PRIOR)
+    return (sums + PRIOR * center) / (counts + PRIOR)
+
+
+def _fold_tables(groups: np.ndarray, t: np.ndarray, size: int):
+    """Each row's fold, and per fold the group means of the other folds' rows."""
+    fold = np.arange(len(groups)) % FOLDS
+    others = [fold != k for k in range(FOLDS)]
+    return fold, [_means(groups[o], t[o], size, t[o].mean(0)) for o in others]
+
+
+def _gathered(groups: np.ndarray, fold: np.ndarray, tables: list[np.ndarray]) -> np.ndarray:
+    """Each row's entry in its own fold's table."""
+    out = np.zeros((len(groups), tables[0].shape[1]))
+    for k, table in enumerate(tables):
+        out[fold == k] = table[groups[fold == k]]
+    return out
 
 
 def out_of_fold(groups: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Each row's group mean label from the other folds' rows."""
-    fold, out = np.arange(len(groups)) % FOLDS, np.zeros_like(t)
-    for k in range(FOLDS):
-        out[fold == k] = _means(groups[fold != k], t[fold != k], groups.max() + 1)[
-            groups[fold == k]
-        ]
-    return out
+    return _gathered(groups, *_fold_tables(groups, t, groups.max() + 1))
 
 
 def _error(groups: np.ndarray, t: np.ndarray) -> float:
@@ -119,14 +137,7 @@ def _additive_error(columns: list[np.ndarray], t: np.ndarray, sweeps: int = 3) -
         for _ in range(sweeps):
             for i, c in enumerate(columns):
                 residual = residual + tables[i][c[train]]
-                counts = np.bincount(c[train], minlength=c.max() + 1)[:, None]
-                tables[i] = np.stack(
-                    [
-                        np.bincount(c[train], weights=residual[:, j], minlength=c.max() + 1)
-                        for j in range(t.shape[1])
-                    ],
-                    1,
-                ) / (counts + PRIOR)
+                tables[i] = _means(c[train], residual, c.max() + 1, 0.0)
                 residual = residual - tables[i][c[train]]
         out[test] = mean + sum(tb[c[test]] for tb, c in zip(tables, columns))
     return float(((out - t) ** 2).sum(1).mean())
@@ -139,36 +150,37 @@ def choose(x, t: np.ndarray) -> list[list[str]]:
     alone = {n: _error(c, t) for n, c in columns.items()}
     names = sorted(columns, key=alone.__getitem__)[:CANDIDATES]
 
-    def error(subset: list[str]) -> float:
+    @functools.cache  # a subset is scored again as a pair, a best growth and a base
+    def error(subset: tuple[str, ...]) -> float:
         return _error(combined([columns[n] for n in subset]), t)
 
-    def pays(subset: list[str], than: float) -> bool:
+    def pays(subset: tuple[str, ...], than: float) -> bool:
         value = error(subset)
         return value < than * (1 - MARGIN) and value < (1 - MARGIN) * _additive_error(
             [columns[n] for n in subset], t
         )
 
-    chosen: list[list[str]] = []
-    for pair in sorted(itertools.combinations(names, 2), key=lambda p: error(list(p))):
+    chosen: list[tuple[str, ...]] = []
+    for subset in sorted(itertools.combinations(names, 2), key=error):
         if len(chosen) == MAX_COMBINATIONS:
             break
-        subset = list(pair)
         if not pays(subset, min(alone[n] for n in subset)):
             continue
         while len(subset) < MAX_COLUMNS:
-            grown = [subset + [n] for n in names if n not in subset]
+            grown = [(*subset, n) for n in names if n not in subset]
             best = min(grown, key=error) if grown else None
             if best is None or not pays(best, error(subset)):
                 break
             subset = best
         if not any(set(subset) <= set(c) for c in chosen):
             chosen.append(subset)
-    return chosen
+    return [list(c) for c in chosen]
 
 
-def encodings(train, t: np.ndarray, test, chosen: list[list[str]]):
-    """The combinations' mean labels: out of fold for `train`'s rows, from all of them for
-    `test`'s. Returns two [rows, combinations x units] arrays."""
+def encodings(train, t: np.ndarray, test, chosen: list[list[str]], fold_mean: bool = False):
+    """The combinations' mean labels: out of fold for `train`'s rows; for `test`'s, from
+    all of them, or (`fold_mean`) the mean of the fold encodings. Returns two
+    [rows, combinations x units] arrays."""
     import pandas as pd
 
     a, b = [], []
@@ -176,24 +188,16 @@ def encodings(train, t: np.ndarray, test, chosen: list[list[str]]):
         both = pd.concat([train[subset], test[subset]]).reset_index(drop=True)
         groups = combined([codes(both[n]) for n in subset])
         inside, outside = groups[: len(train)], groups[len(train) :]
-        a.append(out_of_fold(inside, t))
-        if FLAGS.test_encoding == "fold_mean":
-            fold = np.arange(len(inside)) % FOLDS
-            b.append(
-                np.mean(
-                    [
-                        _means(inside[fold != k], t[fold != k], groups.max() + 1)[outside]
-                        for k in range(FOLDS)
-                    ],
-                    axis=0,
-                )
-            )
+        fold, tables = _fold_tables(inside, t, groups.max() + 1)
+        a.append(_gathered(inside, fold, tables))
+        if fold_mean:
+            b.append(np.mean([table[outside] for table in tables], axis=0))
         else:
-            b.append(_means(inside, t, groups.max() + 1)[outside])
+            b.append(_means(inside, t, groups.max() + 1, t.mean(0))[outside])
     return np.concatenate(a, 1), np.concatenate(b, 1)
 
 
-def guard(x, y, task: str, chosen: list[list[str]]) -> tuple[float, float]:
+def guard(x, y, task: str, chosen: list[list[str]], fold_mean: bool) -> tuple[float, float]:
     """LightGBM's 5-fold proper loss on `x`, without and with the encodings (2.)."""
     import lightgbm
     from sklearn import metrics
@@ -202,7 +206,7 @@ def guard(x, y, task: str, chosen: list[list[str]]) -> tuple[float, float]:
     for k in range(FOLDS):
         xt, xe = (x[m].reset_index(drop=True) for m in (fold != k, fold == k))
         yt, ye = (y[m].reset_index(drop=True) for m in (fold != k, fold == k))
-        et, ee = encodings(xt, targets(yt, task), xe, chosen)
+        et, ee = encodings(xt, targets(yt, task), xe, chosen, fold_mean)
         with_t = xt.assign(**{f"combination_{j}": et[:, j] for j in range(et.shape[1])})
         with_e = xe.assign(**{f"combination_{j}": ee[:, j] for j in range(ee.shape[1])})
         for i, (a, b) in enumerate(((xt, xe), (with_t, with_e))):
@@ -221,21 +225,21 @@ def main(argv):
     for name, (task, x, y) in real_data._typed(sets[FLAGS.tables]()).items():
         if FLAGS.datasets and name not in FLAGS.datasets:
             continue
-        order = np.random.default_rng(0).permutation(len(y))  # real_data.write_split's
-        train_rows, test_rows = order[: int(0.8 * len(y))], order[int(0.8 * len(y)) :]
+        train_rows, test_rows = real_data.split_rows(len(y))
+        fold_mean = FLAGS.test_encoding == "fold_mean"
         xt, yt = (f.iloc[train_rows].reset_index(drop=True) for f in (x, y))
         sample = slice(0, SAMPLE)
         chosen = choose(xt[sample], targets(yt[sample], task))
         line = f"{name}: combinations {chosen}"
         if chosen and FLAGS.guard:
-            without, with_them = guard(xt[sample], yt[sample], task, chosen)
+            without, with_them = guard(xt[sample], yt[sample], task, chosen, fold_mean)
             line += f"; guard: LightGBM loss {without:.5g} without, {with_them:.5g} with"
             chosen = chosen if with_them < without else []
         if not chosen or FLAGS.choose_only:
             print(line + ("" if chosen else "; none kept"), flush=True)
             continue
         inside, outside = encodings(
-            xt, targets(yt, task), x.iloc[test_rows].reset_index(drop=True), chosen
+            xt, targets(yt, task), x.iloc[test_rows].reset_index(drop=True), chosen, fold_mean
         )
         extended = x.copy()
         for j in range(inside.shape[1]):
@@ -247,14 +251,9 @@ def main(argv):
         runs = [
             real_data.trainer_metrics(name, task, train, test, "", seed) for seed in FLAGS.seeds
         ]
-        row = {"task": task, "rows": len(y)}
-        for key in real_data.KEYS[task]:
-            row[key] = float(np.median([r[key] for r in runs]))
-            row[f"boosting {key}"] = boost[key]
+        ratio = real_data.scored(task, len(y), runs, boost)["error ratio"]
         seconds = np.median([r["job seconds"] for r in runs])
-        print(
-            f"{line}; error ratio {real_data.error_ratio(row):.3f}; job {seconds:.0f} s", flush=True
-        )
+        print(f"{line}; error ratio {ratio:.3f}; job {seconds:.0f} s", flush=True)
 
 
 if __name__ == "__main__":
