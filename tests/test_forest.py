@@ -110,6 +110,26 @@ def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, capl
     features = inputs.parse_features(tf.constant(records), result.schema)
     direct = result.head.probabilities(result.model(features, training=False)).numpy()
     np.testing.assert_allclose(served, direct, atol=1e-6)
+    # The job walked its trees through XLA; the export holds plain ops only (TF Serving
+    # runs XLA only under an experimental flag), and the job's model is left compiled.
+    assert not _xla_functions(store.path(f"{job_uri}/model"))
+    forests = [layer for layer in result.model.layers if isinstance(layer, trees.Forest)]
+    assert len(forests) == 1 and forests[0].compiled
+
+
+def _xla_functions(export_dir: str) -> list[str]:
+    """The functions of a SavedModel that must be compiled by XLA."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(f"{export_dir}/saved_model.pb", "rb") as f:
+        saved.ParseFromString(f.read())
+    return [
+        function.signature.name
+        for graph in saved.meta_graphs
+        for function in graph.graph_def.library.function
+        if function.attr["_XlaMustCompile"].b
+    ]
 
 
 def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):

@@ -65,9 +65,14 @@ def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
     test[0, 1] = 40  # a slot never seen in training
     test[1, :] = np.nan  # every feature missing
     expected = booster.predict(test, raw_score=True).reshape(len(test), -1)
-    got = trees.Forest(arrays)(tf.constant(test)).numpy()
-    assert got.shape == expected.shape
-    np.testing.assert_allclose(got, expected, atol=1e-9)
+    # Compiled by XLA (the job's) and as plain ops (the export's): the same scores, on a
+    # batch and on one record (XLA compiles each batch shape anew).
+    for compiled in (True, False):
+        forest = trees.Forest(arrays, compiled=compiled)
+        got = forest(tf.constant(test)).numpy()
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, atol=1e-9)
+        np.testing.assert_allclose(forest(tf.constant(test[2:3])).numpy(), expected[2:3], atol=1e-9)
     return arrays
 
 
@@ -78,8 +83,10 @@ def test_a_forest_of_single_leaves_is_its_constant():
         lightgbm.Dataset(x, signal),
         num_boost_round=3,
     )
-    got = trees.Forest(trees.from_lightgbm(booster.dump_model()))(tf.constant(x)).numpy()
-    np.testing.assert_allclose(got[:, 0], booster.predict(x, raw_score=True), atol=1e-9)
+    for compiled in (True, False):
+        forest = trees.Forest(trees.from_lightgbm(booster.dump_model()), compiled=compiled)
+        got = forest(tf.constant(x)).numpy()
+        np.testing.assert_allclose(got[:, 0], booster.predict(x, raw_score=True), atol=1e-9)
 
 
 def test_columns_are_values_and_the_model_s_vocabulary_slots():

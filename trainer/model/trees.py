@@ -14,7 +14,9 @@ itself. Thresholds are compared in float64, as LightGBM does, so scores agree wi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import keras
 import numpy as np
@@ -159,16 +161,27 @@ def from_lightgbm(dump: dict) -> Arrays:
 
 class Forest(keras.layers.Layer):
     """[batch, columns] float64 -> [batch, outputs] raw scores (LightGBM's raw_score):
-    the sum of every tree's leaf, each tree adding to its output."""
+    the sum of every tree's leaf, each tree adding to its output.
 
-    def __init__(self, arrays: Arrays, **kwargs):
+    `compiled` (the default) runs the walk through XLA, which fuses each level's gathers
+    and comparisons: 6x faster on deliveries' 180 trees of depth 27 (20 ms against 121 ms
+    for 786 records; docs/decisions.md), at about 0.3 s of compiling per batch shape. The
+    export turns it off (`portable`): TF Serving runs XLA only under an experimental flag.
+    """
+
+    def __init__(self, arrays: Arrays, compiled: bool = True, **kwargs):
         super().__init__(trainable=False, dtype="float64", **kwargs)
         self.arrays = arrays
+        self.compiled = compiled
+        self._xla = tf.function(self._scores, jit_compile=True, autograph=False)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.arrays.outputs)
 
     def call(self, x):
+        return self._xla(x) if self.compiled else self._scores(x)
+
+    def _scores(self, x):
         a = self.arrays
         trees, nodes = a.column.shape
         # What a node needs, in one int32 table ([trees * nodes, fields], a node of tree t
@@ -239,3 +252,25 @@ class Forest(keras.layers.Layer):
         )  # [batch, trees]
         per_output = tf.reshape(values, [batch, trees // a.outputs, a.outputs])
         return tf.reduce_sum(per_output, axis=1)
+
+
+@contextlib.contextmanager
+def portable(model: keras.Model) -> Iterator[None]:
+    """Within it, every Forest of `model` runs as plain TensorFlow ops (no XLA): what is
+    traced for a SavedModel then serves anywhere TensorFlow does."""
+    forests = list(_forests(model))
+    before = [forest.compiled for forest in forests]
+    for forest in forests:
+        forest.compiled = False
+    try:
+        yield
+    finally:
+        for forest, compiled in zip(forests, before):
+            forest.compiled = compiled
+
+
+def _forests(layer) -> Iterator[Forest]:
+    if isinstance(layer, Forest):
+        yield layer
+    for inner in getattr(layer, "layers", ()):  # a model's layers, and nested models'
+        yield from _forests(inner)

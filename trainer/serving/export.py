@@ -18,7 +18,7 @@ import tensorflow as tf
 from trainer.base import contracts
 from trainer.data import inputs
 from trainer.data import schema as schema_lib
-from trainer.model import heads
+from trainer.model import heads, trees
 
 
 def feature_signature(schema: schema_lib.Schema) -> dict[str, tf.TensorSpec]:
@@ -50,17 +50,19 @@ def write_saved_model(
         shaped = {f.name: tf.reshape(features[f.name], [-1, f.size]) for f in schema.features}
         return head.outputs(model(shaped, training=False))
 
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint(
-        contracts.SERVING_DEFAULT,
-        serve_examples,
-        input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
-    )
-    archive.add_endpoint(
-        contracts.PREDICT, serve_features, input_signature=[feature_signature(schema)]
-    )
-    # Newer Keras prints every captured tensor unless told not to; Keras 3.4 (Vertex's
-    # TF 2.17 images) has no such argument and prints nothing.
-    takes_verbose = "verbose" in inspect.signature(archive.write_out).parameters
-    archive.write_out(path, **({"verbose": False} if takes_verbose else {}))
+    # The trees are traced as plain ops (trees.portable): the SavedModel serves without XLA.
+    with trees.portable(model):
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint(
+            contracts.SERVING_DEFAULT,
+            serve_examples,
+            input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
+        )
+        archive.add_endpoint(
+            contracts.PREDICT, serve_features, input_signature=[feature_signature(schema)]
+        )
+        # Newer Keras prints every captured tensor unless told not to; Keras 3.4 (Vertex's
+        # TF 2.17 images) has no such argument and prints nothing.
+        takes_verbose = "verbose" in inspect.signature(archive.write_out).parameters
+        archive.write_out(path, **({"verbose": False} if takes_verbose else {}))
