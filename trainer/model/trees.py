@@ -164,9 +164,9 @@ class Forest(keras.layers.Layer):
     the sum of every tree's leaf, each tree adding to its output.
 
     `compiled` (the default) runs the walk through XLA, which fuses each level's gathers
-    and comparisons: 6x faster on deliveries' 180 trees of depth 27 (20 ms against 121 ms
-    for 786 records; docs/decisions.md), at about 0.3 s of compiling per batch shape. The
-    export turns it off (`portable`): TF Serving runs XLA only under an experimental flag.
+    and comparisons: 3.5x-4.8x faster on 2,000 records (`python -m benchmarks.trees`,
+    docs/decisions.md), at 0.2-0.5 s of compiling per batch shape. The export turns it
+    off (`portable`): TF Serving runs XLA only under an experimental flag.
     """
 
     def __init__(self, arrays: Arrays, compiled: bool = True, **kwargs):
