@@ -261,11 +261,16 @@ def fresh() -> dict:
     return _typed(out)
 
 
-def _typed(tables: dict) -> dict:
+def tables(which: str) -> dict:
+    """The set `which` names (--tables): 'sixteen', 'held_out' or 'fresh'."""
+    return {"sixteen": datasets, "held_out": held_out, "fresh": fresh}[which]()
+
+
+def _typed(loaded: dict) -> dict:
     import pandas as pd
 
     out = {}
-    for name, (task, x, y) in tables.items():
+    for name, (task, x, y) in loaded.items():
         x = x.reset_index(drop=True)
         strings = [c for c in x.columns if not pd.api.types.is_numeric_dtype(x[c])]
         x = x.astype({c: "category" if c in strings else "float64" for c in x.columns})
@@ -527,8 +532,7 @@ def _geomean(values) -> float:
 def main(argv):
     del argv
     rows, failed = [], []
-    tables = {"sixteen": datasets, "held_out": held_out, "fresh": fresh}[FLAGS.tables]()
-    for name, (task, x, y) in tables.items():
+    for name, (task, x, y) in tables(FLAGS.tables).items():
         if FLAGS.datasets and name not in FLAGS.datasets:
             continue
         train, evaluation, train_rows, eval_rows = write_split(name, x, y, task)

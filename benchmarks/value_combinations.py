@@ -221,12 +221,11 @@ def guard(x, y, task: str, chosen: list[list[str]], fold_mean: bool) -> tuple[fl
 
 def main(argv):
     del argv
-    sets = {"sixteen": real_data.datasets, "held_out": real_data.held_out, "fresh": real_data.fresh}
-    for name, (task, x, y) in real_data._typed(sets[FLAGS.tables]()).items():
+    fold_mean = FLAGS.test_encoding == "fold_mean"
+    for name, (task, x, y) in real_data.tables(FLAGS.tables).items():
         if FLAGS.datasets and name not in FLAGS.datasets:
             continue
         train_rows, test_rows = real_data.split_rows(len(y))
-        fold_mean = FLAGS.test_encoding == "fold_mean"
         xt, yt = (f.iloc[train_rows].reset_index(drop=True) for f in (x, y))
         sample = slice(0, SAMPLE)
         chosen = choose(xt[sample], targets(yt[sample], task))
