@@ -76,6 +76,28 @@ def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
     return arrays
 
 
+def test_short_batches_share_one_compiled_shape_and_keep_their_scores():
+    """Rows are padded to a multiple of PAD_ROWS before XLA: an evaluation's short last
+    batch reuses the full batches' compiled walk, and the padding never shows."""
+    x, signal = _data(300)
+    booster = lightgbm.train(
+        {"objective": "regression", "verbose": -1, "num_leaves": 15},
+        lightgbm.Dataset(x, signal),
+        num_boost_round=20,
+    )
+    forest = trees.Forest(trees.from_lightgbm(booster.dump_model()))
+    expected = booster.predict(x, raw_score=True)
+    for n in (1, 18, trees.PAD_ROWS):
+        got = forest(tf.constant(x[:n])).numpy()
+        assert got.shape == (n, 1)
+        np.testing.assert_allclose(got[:, 0], expected[:n], atol=1e-9)
+    assert forest._xla.experimental_get_tracing_count() == 1  # one shape: one compile
+    got = forest(tf.constant(x[: trees.PAD_ROWS + 1])).numpy()  # the next multiple
+    np.testing.assert_allclose(got[:, 0], expected[: trees.PAD_ROWS + 1], atol=1e-9)
+    assert forest._xla.experimental_get_tracing_count() == 2
+    assert forest(tf.constant(x[:0])).numpy().shape == (0, 1)
+
+
 def test_a_forest_of_single_leaves_is_its_constant():
     x, signal = _data(50)
     booster = lightgbm.train(

@@ -159,6 +159,10 @@ def from_lightgbm(dump: dict) -> Arrays:
     )
 
 
+# The compiled walk's batches are multiples of this many rows: the default batch size.
+PAD_ROWS = 64
+
+
 class Forest(keras.layers.Layer):
     """[batch, columns] float64 -> [batch, outputs] raw scores (LightGBM's raw_score):
     the sum of every tree's leaf, each tree adding to its output.
@@ -179,7 +183,13 @@ class Forest(keras.layers.Layer):
         return (input_shape[0], self.arrays.outputs)
 
     def call(self, x):
-        return self._xla(x) if self.compiled else self._scores(x)
+        if not self.compiled:
+            return self._scores(x)
+        # XLA compiles once per batch shape: rows padded to a multiple of PAD_ROWS (copies
+        # of the last row) give an evaluation's last, short batch the shape of the others.
+        n = tf.shape(x)[0]
+        rows = tf.minimum(tf.range(-(-n // PAD_ROWS) * PAD_ROWS), n - 1)
+        return self._xla(tf.gather(x, rows))[:n]
 
     def _scores(self, x):
         a = self.arrays

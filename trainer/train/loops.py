@@ -156,8 +156,14 @@ class Loops:
         return sums
 
     def _evaluate_all(self, dataset) -> dict:
-        # Iterating a distributed dataset handles the uneven last batch on every worker.
+        # The distributed iterator's optional agrees on every worker whether any data is
+        # left, and handles the uneven last batch. A loop of our own, not `for batch in
+        # dataset`: autograph turns that into the dataset's own reduce loop, 3x the time
+        # of an evaluation of 786 records (0.27 s against 0.08 s; docs/decisions.md).
+        iterator = iter(dataset)
         sums = self._zero_sums()
-        for batch in dataset:
-            sums = self._eval_batch(sums, batch)
+        batch = iterator.get_next_as_optional()
+        while batch.has_value():
+            sums = self._eval_batch(sums, batch.get_value())
+            batch = iterator.get_next_as_optional()
         return sums
