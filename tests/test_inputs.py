@@ -322,6 +322,28 @@ def test_corrupt_file_is_named(store):
         )
 
 
+def test_a_sample_takes_files_in_turn_and_names_each_record_s_place(store):
+    """The sample is read in batches (scan.SAMPLE_BATCH); across their boundaries each
+    record still comes with its own file and index, the files in turn, each record once."""
+    files = [
+        write(
+            store,
+            f"gs://test-bucket/sample/part-{i}.tfrecord",
+            [b"%d:%d" % (i, r) for r in range(n)],
+        )
+        for i, n in enumerate([scan.SAMPLE_BATCH, 700, 300])
+    ]
+    everything = list(scan.sample_records(store, files, 10_000))
+    assert len(everything) == scan.SAMPLE_BATCH + 1000
+    for where, record in everything:
+        shard, index = record.decode().split(":")
+        assert where == f"{files[int(shard)]} record {index}"
+    assert [r for _, r in everything[:6]] == [b"0:0", b"1:0", b"2:0", b"0:1", b"1:1", b"2:1"]
+    assert len({r for _, r in everything}) == len(everything)
+    some = list(scan.sample_records(store, files, scan.SAMPLE_BATCH + 5))
+    assert some == everything[: scan.SAMPLE_BATCH + 5]
+
+
 @pytest.mark.parametrize("cache", CACHES)
 def test_nothing_readable_is_an_error_not_an_endless_stream(store, cache):
     """Skipping corrupt data can leave no record at all: an endless stream of empty epochs
