@@ -66,7 +66,7 @@ def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
     test[1, :] = np.nan  # every feature missing
     expected = booster.predict(test, raw_score=True).reshape(len(test), -1)
     # Compiled by XLA (the job's) and as plain ops (the export's): the same scores, on a
-    # batch and on one record (XLA compiles each batch shape anew).
+    # batch and on one record (which XLA sees as PAD_ROWS copies of it).
     for compiled in (True, False):
         forest = trees.Forest(arrays, compiled=compiled)
         got = forest(tf.constant(test)).numpy()

@@ -49,7 +49,7 @@ def sample_records(
     it = iter(ds)
     while True:
         try:
-            uris, indices, records = (t.numpy() for t in next(it))
+            uris, indices, records = [t.numpy() for t in next(it)]
         except StopIteration:
             return
         except tf.errors.OpError as e:

@@ -159,7 +159,9 @@ def from_lightgbm(dump: dict) -> Arrays:
     )
 
 
-# The compiled walk's batches are multiples of this many rows: the default batch size.
+# The compiled walk's batches are multiples of this many rows. It divides the default
+# batch sizes (64, and 128 from 12,800 records: trainer.plan.defaults), whose full
+# batches are then never padded; a replica's share of them may be (32 of 2 replicas).
 PAD_ROWS = 64
 
 
