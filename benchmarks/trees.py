@@ -1,11 +1,12 @@
-"""How fast the boosted trees run as TensorFlow ops (trainer.model.trees.Forest): walked
-through XLA (the job's evaluation, importance and profile) against plain ops (the export).
+"""How fast the boosted trees run inside the graph (trainer.model.trees.Forest): LightGBM's
+predict (the job's evaluation, importance and profile) against the walk as plain ops (the
+export) and the same walk compiled by XLA (the job's way until 2026-12-06).
 
 LightGBM forests are fitted on generated tables at the default model's parameters
 (trainer.train.forest.PARAMS), one per task, with a categorical column so the categorical
 path runs. Each is timed on a batch of --records records and on one record, medians of
---repeats calls after a warm-up; the first call of each shape is XLA's compile. Both
-ways are checked against LightGBM's own scores first.
+--repeats calls after a warm-up; the first call of each shape is XLA's compile. Every
+way is checked against LightGBM's own scores first.
 
     python -m benchmarks.trees
 """
@@ -72,8 +73,8 @@ def timed(fn, x: tf.Tensor) -> tuple[float, float]:
 def main(argv):
     del argv
     print(
-        f"{'forest':<34} {'records':>7} {'plain ms':>9} {'XLA ms':>8} {'plain/XLA':>9} "
-        f"{'XLA compile s':>13}"
+        f"{'forest':<34} {'records':>7} {'plain ms':>9} {'XLA ms':>8} {'LightGBM ms':>11} "
+        f"{'XLA/LightGBM':>12} {'XLA compile s':>13}"
     )
     for task in ("regression", "multiclass"):
         booster = fitted(task)
@@ -81,22 +82,25 @@ def main(argv):
         x, _ = table(FLAGS.records, 1)
         expected = booster.predict(x, raw_score=True).reshape(len(x), -1)
         name = f"{task}: {arrays.column.shape[0]} trees, depth {arrays.depth}"
-        ways = {}
-        for compiled in (False, True):
-            layer = trees.Forest(arrays, compiled=compiled)
+        plain = trees.Forest(arrays)
+        ways = {
             # The plain ops as the exported model runs them: one graph, traced once.
-            call = layer if compiled else tf.function(layer)
+            "plain": tf.function(plain),
+            "XLA": tf.function(plain._scores, jit_compile=True, autograph=False),
+            "LightGBM": tf.function(trees.Forest(arrays, booster)),
+        }
+        for way, call in ways.items():
             # Checked on another batch shape: the timings below see XLA's compile.
             got = call(tf.constant(x[:-1])).numpy()
-            assert np.abs(got - expected[:-1]).max() < 1e-9, (name, compiled)
-            ways[compiled] = call
+            assert np.abs(got - expected[:-1]).max() < 1e-9, (name, way)
         for records in (FLAGS.records, 1):
             batch = tf.constant(x[:records])
-            plain = timed(ways[False], batch)[1]
-            compile_s, xla = timed(ways[True], batch)
+            seconds = {way: timed(call, batch) for way, call in ways.items()}
             print(
-                f"{name:<34} {records:>7,} {1e3 * plain:>9.2f} {1e3 * xla:>8.2f} "
-                f"{plain / xla:>9.2f} {compile_s:>13.2f}"
+                f"{name:<34} {records:>7,} {1e3 * seconds['plain'][1]:>9.2f} "
+                f"{1e3 * seconds['XLA'][1]:>8.2f} {1e3 * seconds['LightGBM'][1]:>11.2f} "
+                f"{seconds['XLA'][1] / seconds['LightGBM'][1]:>12.2f} "
+                f"{seconds['XLA'][0]:>13.2f}"
             )
 
 

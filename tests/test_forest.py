@@ -110,26 +110,32 @@ def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, capl
     features = inputs.parse_features(tf.constant(records), result.schema)
     direct = result.head.probabilities(result.model(features, training=False)).numpy()
     np.testing.assert_allclose(served, direct, atol=1e-6)
-    # The job walked its trees through XLA; the export holds plain ops only (TF Serving
-    # runs XLA only under an experimental flag), and the job's model is left compiled.
-    assert not _xla_functions(store.path(f"{job_uri}/model"))
+    # The job asked LightGBM for its trees' scores; the export holds plain ops only (no
+    # call back into Python, nothing XLA must compile), and the job's model still asks
+    # LightGBM.
+    assert not _unservable(store.path(f"{job_uri}/model"))
     forests = [layer for layer in result.model.layers if isinstance(layer, trees.Forest)]
-    assert len(forests) == 1 and forests[0].compiled
+    assert len(forests) == 1 and forests[0].native
 
 
-def _xla_functions(export_dir: str) -> list[str]:
-    """The functions of a SavedModel that must be compiled by XLA."""
+def _unservable(export_dir: str) -> list[str]:
+    """What in a SavedModel a server could not run: calls back into Python, and
+    functions that XLA must compile (TF Serving runs XLA only under an experimental
+    flag)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved = saved_model_pb2.SavedModel()
     with open(f"{export_dir}/saved_model.pb", "rb") as f:
         saved.ParseFromString(f.read())
-    return [
-        function.signature.name
-        for graph in saved.meta_graphs
-        for function in graph.graph_def.library.function
-        if function.attr["_XlaMustCompile"].b
-    ]
+    python_calls = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+    found = []
+    for graph in saved.meta_graphs:
+        found += [node.name for node in graph.graph_def.node if node.op in python_calls]
+        for function in graph.graph_def.library.function:
+            if function.attr["_XlaMustCompile"].b:
+                found.append(function.signature.name)
+            found += [node.name for node in function.node_def if node.op in python_calls]
+    return found
 
 
 def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):

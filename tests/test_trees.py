@@ -65,10 +65,9 @@ def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
     test[0, 1] = 40  # a slot never seen in training
     test[1, :] = np.nan  # every feature missing
     expected = booster.predict(test, raw_score=True).reshape(len(test), -1)
-    # Compiled by XLA (the job's) and as plain ops (the export's): the same scores, on a
-    # batch and on one record (which XLA sees as PAD_ROWS copies of it).
-    for compiled in (True, False):
-        forest = trees.Forest(arrays, compiled=compiled)
+    # LightGBM's predict (the job's) and the plain ops (the export's): the same scores,
+    # on a batch and on one record.
+    for forest in (trees.Forest(arrays, booster), trees.Forest(arrays)):
         got = forest(tf.constant(test)).numpy()
         assert got.shape == expected.shape
         np.testing.assert_allclose(got, expected, atol=1e-9)
@@ -76,26 +75,37 @@ def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
     return arrays
 
 
-def test_short_batches_share_one_compiled_shape_and_keep_their_scores():
-    """Rows are padded to a multiple of PAD_ROWS before XLA: an evaluation's short last
-    batch reuses the full batches' compiled walk, and the padding never shows."""
+def test_the_job_s_forest_asks_lightgbm_in_its_graph_and_the_export_s_walks_ops():
+    """Inside a traced function (the job's evaluation) the forest with its booster is one
+    call to LightGBM, of any batch size, the empty one too; `portable` (the export) traces
+    the walk as ops instead, and leaves the booster in place after."""
     x, signal = _data(300)
     booster = lightgbm.train(
-        {"objective": "regression", "verbose": -1, "num_leaves": 15},
-        lightgbm.Dataset(x, signal),
-        num_boost_round=20,
+        {"objective": "multiclass", "num_class": 3, "verbose": -1, "num_leaves": 15},
+        lightgbm.Dataset(x, np.digitize(signal, np.quantile(signal, [1 / 3, 2 / 3]))),
+        num_boost_round=10,
     )
-    forest = trees.Forest(trees.from_lightgbm(booster.dump_model()))
+    forest = trees.Forest(trees.from_lightgbm(booster.dump_model()), booster)
     expected = booster.predict(x, raw_score=True)
-    for n in (1, 18, trees.PAD_ROWS):
-        got = forest(tf.constant(x[:n])).numpy()
-        assert got.shape == (n, 1)
-        np.testing.assert_allclose(got[:, 0], expected[:n], atol=1e-9)
-    assert forest._xla.experimental_get_tracing_count() == 1  # one shape: one compile
-    got = forest(tf.constant(x[: trees.PAD_ROWS + 1])).numpy()  # the next multiple
-    np.testing.assert_allclose(got[:, 0], expected[: trees.PAD_ROWS + 1], atol=1e-9)
-    assert forest._xla.experimental_get_tracing_count() == 2
-    assert forest(tf.constant(x[:0])).numpy().shape == (0, 1)
+    model = tf.function(forest, input_signature=[tf.TensorSpec([None, x.shape[1]], tf.float64)])
+    for n in (0, 1, 300):
+        got = model(tf.constant(x[:n])).numpy()
+        assert got.shape == (n, 3)
+        np.testing.assert_allclose(got, expected[:n], atol=1e-9)
+
+    def op_types(function) -> set[str]:
+        graph = function.get_concrete_function().graph
+        return {op.type for op in graph.get_operations()}
+
+    python_calls = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
+    assert python_calls & op_types(model)
+    with trees.portable(forest):
+        walk = tf.function(
+            lambda x: forest(x), input_signature=[tf.TensorSpec([None, x.shape[1]], tf.float64)]
+        )
+        assert not python_calls & op_types(walk)
+        np.testing.assert_allclose(walk(tf.constant(x)).numpy(), expected, atol=1e-9)
+    assert forest.native
 
 
 def test_a_forest_of_single_leaves_is_its_constant():
@@ -105,8 +115,8 @@ def test_a_forest_of_single_leaves_is_its_constant():
         lightgbm.Dataset(x, signal),
         num_boost_round=3,
     )
-    for compiled in (True, False):
-        forest = trees.Forest(trees.from_lightgbm(booster.dump_model()), compiled=compiled)
+    arrays = trees.from_lightgbm(booster.dump_model())
+    for forest in (trees.Forest(arrays, booster), trees.Forest(arrays)):
         got = forest(tf.constant(x)).numpy()
         np.testing.assert_allclose(got[:, 0], booster.predict(x, raw_score=True), atol=1e-9)
 

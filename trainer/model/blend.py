@@ -41,11 +41,15 @@ def blended_model(
     arrays: trees.Arrays,
     neural_weight: float,
     temperature: float = 1.0,
+    booster=None,
 ) -> keras.Model:
     """One model of `neural` and the trees of `arrays`, blended `neural_weight` : 1 - it
     (then divided by `temperature`). The neural model's variables stay its own (the blend
-    adds none)."""
+    adds none). With the fitted `booster`, the trees are LightGBM's predict until
+    exported (trees.Forest)."""
     inputs = tabular.feature_inputs(schema)
-    forest = trees.Forest(arrays, name="trees")(trees.Columns(schema, name="tree_columns")(inputs))
+    forest = trees.Forest(arrays, booster, name="trees")(
+        trees.Columns(schema, name="tree_columns")(inputs)
+    )
     logits = Blend(head, neural_weight, temperature, name="blend")(neural(inputs), forest)
     return keras.Model(inputs=inputs, outputs=logits, name="blended")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterator
 
 import keras
@@ -25,6 +26,8 @@ import tensorflow as tf
 from trainer.data import schema as schema_lib
 from trainer.model import tabular
 
+# LightGBM's predict uses this many threads (the machine's two cores, as the fit).
+PREDICT_THREADS = 2
 # LightGBM's missing_type, and what a value then means (its tree.h): None: NaN is 0.
 _MISSING = {"None": 0, "Zero": 1, "NaN": 2}
 
@@ -159,39 +162,32 @@ def from_lightgbm(dump: dict) -> Arrays:
     )
 
 
-# The compiled walk's batches are multiples of this many rows. It divides the default
-# batch sizes (64, and 128 from 12,800 records: trainer.plan.defaults), whose full
-# batches are then never padded; a replica's share of them may be (32 of 2 replicas).
-PAD_ROWS = 64
-
-
 class Forest(keras.layers.Layer):
     """[batch, columns] float64 -> [batch, outputs] raw scores (LightGBM's raw_score):
     the sum of every tree's leaf, each tree adding to its output.
 
-    `compiled` (the default) runs the walk through XLA, which fuses each level's gathers
-    and comparisons: 3.5x-4.8x faster on 2,000 records (`python -m benchmarks.trees`,
-    docs/decisions.md), at 0.2-0.5 s of compiling per batch shape. The export turns it
-    off (`portable`): TF Serving runs XLA only under an experimental flag.
+    Given the fitted `booster` (the job's own evaluations, importance and profile), it
+    asks LightGBM's predict, inside the graph: 3.6x-6.3x faster than the same walk
+    through XLA (`python -m benchmarks.trees`, docs/decisions.md) and nothing to compile.
+    Without one, or under `portable` (the export), it walks `arrays` as plain ops, which
+    serve wherever TensorFlow does; tests hold both to LightGBM's scores within 1e-9.
     """
 
-    def __init__(self, arrays: Arrays, compiled: bool = True, **kwargs):
+    def __init__(self, arrays: Arrays, booster=None, **kwargs):
         super().__init__(trainable=False, dtype="float64", **kwargs)
         self.arrays = arrays
-        self.compiled = compiled
-        self._xla = tf.function(self._scores, jit_compile=True, autograph=False)
+        # A function, not the Booster: TensorFlow's tracking leaves it alone.
+        self._predict = None if booster is None else functools.partial(_predict, booster)
+        self.native = booster is not None
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], self.arrays.outputs)
 
     def call(self, x):
-        if not self.compiled:
+        if not self.native:
             return self._scores(x)
-        # XLA compiles once per batch shape: rows padded to a multiple of PAD_ROWS (copies
-        # of the last row) give an evaluation's last, short batch the shape of the others.
-        n = tf.shape(x)[0]
-        rows = tf.minimum(tf.range(-(-n // PAD_ROWS) * PAD_ROWS), n - 1)
-        return self._xla(tf.gather(x, rows))[:n]
+        scores = tf.numpy_function(self._predict, [x], tf.float64, stateful=False)
+        return tf.reshape(scores, [-1, self.arrays.outputs])
 
     def _scores(self, x):
         a = self.arrays
@@ -268,17 +264,25 @@ class Forest(keras.layers.Layer):
 
 @contextlib.contextmanager
 def portable(model: keras.Model) -> Iterator[None]:
-    """Within it, every Forest of `model` runs as plain TensorFlow ops (no XLA): what is
-    traced for a SavedModel then serves anywhere TensorFlow does."""
+    """Within it, every Forest of `model` walks its trees as plain TensorFlow ops (not
+    LightGBM): what is traced for a SavedModel then serves anywhere TensorFlow does."""
     forests = list(_forests(model))
-    before = [forest.compiled for forest in forests]
+    before = [forest.native for forest in forests]
     for forest in forests:
-        forest.compiled = False
+        forest.native = False
     try:
         yield
     finally:
-        for forest, compiled in zip(forests, before):
-            forest.compiled = compiled
+        for forest, native in zip(forests, before):
+            forest.native = native
+
+
+def _predict(booster, x: np.ndarray) -> np.ndarray:
+    """LightGBM's raw scores of the rows of `x` ([rows, outputs] or [rows]); its trees
+    are fixed, so the threads change nothing but the time."""
+    if not len(x):
+        return np.zeros((0,), np.float64)
+    return booster.predict(x, raw_score=True, num_threads=PREDICT_THREADS).astype(np.float64)
 
 
 def _forests(layer) -> Iterator[Forest]:

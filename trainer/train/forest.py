@@ -85,14 +85,14 @@ def blend(
     fitted = fit_or_load(plan, plan.storage, is_chief)
     x, labels, weights = matrix(plan, splits.validation_files, splits.validation_part, None)
     logits = neural_logits(plan, neural, splits.validation_files, splits.validation_part)
-    scores = trees.Forest(fitted.arrays)(x).numpy()
+    scores = trees.Forest(fitted.arrays, fitted.booster)(x).numpy()
     weight, losses = choose_weight(plan.head, logits, scores, labels, weights)
     temperature, calibrated = choose_temperature(
         plan.head, blended(plan.head, logits, scores, weight), labels, weights
     )
     with strategy.scope():
         model = blend_lib.blended_model(
-            neural, plan.schema, plan.head, fitted.arrays, weight, temperature
+            neural, plan.schema, plan.head, fitted.arrays, weight, temperature, fitted.booster
         )
     logging.info(
         "blend: %d rounds of boosted trees (%s records, %.1fs); weighed %.2f neural : %.2f "
@@ -126,9 +126,11 @@ def blend(
 
 @dataclasses.dataclass(frozen=True)
 class Fitted:
-    """The trees, as text (LightGBM's model format) and as arrays for TensorFlow."""
+    """The trees, as text (LightGBM's model format), as LightGBM's Booster (the job's
+    evaluations) and as arrays for TensorFlow (the export)."""
 
     model: str
+    booster: object  # lightgbm.Booster
     arrays: trees.Arrays
     rounds: int
     records: int
@@ -183,7 +185,7 @@ def fit_or_load(plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: boo
 def _fitted(booster, text: str, records: int, start: float) -> Fitted:
     arrays = trees.from_lightgbm(booster.dump_model())
     rounds = booster.num_trees() // arrays.outputs
-    return Fitted(text, arrays, rounds, records, time.monotonic() - start)
+    return Fitted(text, booster, arrays, rounds, records, time.monotonic() - start)
 
 
 def matrix(
