@@ -98,6 +98,7 @@ def parser(schema: schema_lib.Schema):
     if schema.label.dtype == "float":
         checked.append(schema.label.name)
 
+    @tf.autograph.experimental.do_not_convert  # plain ops: nothing to rewrite
     def parse(serialized: tf.Tensor):
         parsed = tf.io.parse_example(serialized, spec)
         for name in checked:

@@ -37,7 +37,7 @@ def permutation_importance(
 
     # One graph for every pass (features x REPEATS of them): run eagerly, a pass of a
     # model with many features costs its op dispatches, 255 passes 100 s on 85 features.
-    @tf.function
+    @tf.function(autograph=False)  # plain ops: nothing for autograph to rewrite
     def loss(batch: dict) -> tf.Tensor:
         per_example = head.loss(labels, model(batch, training=False))
         return tf.reduce_sum(weights * per_example) / tf.reduce_sum(weights)

@@ -212,7 +212,9 @@ def matrix(
 def neural_logits(plan: plan_lib.Plan, model, files: list[str], part) -> np.ndarray:
     """The neural model's combined logits ([records, units]) on the records of `files`
     that `part` keeps, in the order `matrix` reads them."""
-    predict = tf.function(lambda features: plan.head.combine(model(features, training=False)))
+    predict = tf.function(
+        lambda features: plan.head.combine(model(features, training=False)), autograph=False
+    )
     return np.concatenate([predict(f).numpy() for f, _, _ in _records(plan, files, part)])
 
 

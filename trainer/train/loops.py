@@ -19,6 +19,11 @@ from trainer.model import heads
 from trainer.train import collectives
 
 
+# The steps are plain TensorFlow ops (no Python control flow on tensors), so autograph
+# need not rewrite them nor what they call (heads, metrics, the optimizer): its rewriting
+# was about 1 s of each default job's traces (docs/decisions.md). The loops below are
+# still converted; eagerly, the decorator does nothing.
+@tf.autograph.experimental.do_not_convert
 def train_step(
     model: keras.Model,
     optimizer: keras.optimizers.Optimizer,
@@ -56,6 +61,7 @@ def train_step(
     return loss
 
 
+@tf.autograph.experimental.do_not_convert
 def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, tf.Tensor]:
     """Metric sums for one replica's evaluation batch."""
     features, labels, weights = batch
@@ -146,6 +152,7 @@ class Loops:
             for k, v in per_replica.items()
         }
 
+    @tf.autograph.experimental.do_not_convert
     def _zero_sums(self) -> dict:
         return metrics.zero_sums(self.head)
 
