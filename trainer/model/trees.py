@@ -6,9 +6,10 @@ value as it is, each categorical value as its slot in the feature's vocabulary (
 lookup the neural model uses: 0 unseen, 1 missing). The same layer makes the training
 matrix (trainer.train.forest) and the served one, so the two cannot disagree.
 
-`Forest` evaluates every tree at once: a [batch, trees] array of node indices walks down
-one level per step, `depth` steps in all, each step a few gathers; a leaf points to
-itself. Thresholds are compared in float64, as LightGBM does, so scores agree with
+`Forest`, as exported, evaluates every tree at once: a [batch, trees] array of node
+indices walks down one level per step, `depth` steps in all, each step a few gathers; a
+leaf points to itself (inside the job, which has LightGBM, it asks LightGBM instead).
+Thresholds are compared in float64, as LightGBM does, so scores agree with
 `Booster.predict(raw_score=True)` to rounding (tests/test_trees.py).
 """
 
@@ -26,7 +27,7 @@ import tensorflow as tf
 from trainer.data import schema as schema_lib
 from trainer.model import tabular
 
-# LightGBM's predict uses this many threads (the machine's two cores, as the fit).
+# Threads of LightGBM's predict, as of its fit; a record's score does not depend on them.
 PREDICT_THREADS = 2
 # LightGBM's missing_type, and what a value then means (its tree.h): None: NaN is 0.
 _MISSING = {"None": 0, "Zero": 1, "NaN": 2}
@@ -167,7 +168,7 @@ class Forest(keras.layers.Layer):
     the sum of every tree's leaf, each tree adding to its output.
 
     Given the fitted `booster` (the job's own evaluations, importance and profile), it
-    asks LightGBM's predict, inside the graph: 3.6x-6.3x faster than the same walk
+    asks LightGBM's predict, inside the graph: 3.0x-3.6x faster than the same walk
     through XLA (`python -m benchmarks.trees`, docs/decisions.md) and nothing to compile.
     Without one, or under `portable` (the export), it walks `arrays` as plain ops, which
     serve wherever TensorFlow does; tests hold both to LightGBM's scores within 1e-9.
