@@ -101,7 +101,31 @@ def test_inferred_quantiles_and_the_ple_model(fake_gcs, job_uri):
         256,
         256,
     ]
-    assert any(isinstance(layer, model_lib.RobustPLE) for layer in model.layers)
+    assert sum(isinstance(layer, model_lib.RobustPLEs) for layer in model.layers) == 1
+
+
+def test_all_ple_features_in_one_layer_encode_as_each_in_its_own():
+    """RobustPLEs is RobustPLE of each input, bit for bit: quantile bins, a feature's
+    values as edges, a constant feature (no bins), an int64 input; in the inputs' order."""
+    rng = np.random.default_rng(3)
+    encodings = [
+        (sorted(rng.lognormal(0, 2, 17).tolist()), []),
+        ([0.0, 1, 1, 2, 4, 8, 100, 1000, 1e5], [0.0, 2.0, 5.0]),
+        ([7.0] * 17, []),
+        ([float(q) for q in range(0, 170, 10)], []),
+    ]
+    xs = [
+        tf.constant(rng.lognormal(0, 3, (50, 1)), tf.float32),
+        tf.constant(rng.choice([0.0, 2.0, 5.0, 9.0, -1.0], (50, 1)), tf.float32),
+        tf.constant(rng.normal(7, 1, (50, 1)), tf.float32),
+        tf.constant(rng.integers(-20, 200, (50, 1)), tf.int64),
+    ]
+    together = model_lib.RobustPLEs(encodings)(xs)
+    assert len(together) == len(encodings)
+    for (quantiles, values), x, got in zip(encodings, xs, together):
+        np.testing.assert_array_equal(
+            got.numpy(), model_lib.RobustPLE(quantiles, values)(x).numpy()
+        )
 
 
 def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri, caplog):
@@ -169,6 +193,19 @@ def test_bad_quantiles_or_values_in_a_schema_file_are_named(key):
         "features": [{"name": "x", "dtype": "float", key: [3, 1]}],
     }
     with pytest.raises(schema_lib.SchemaError, match=f"feature 'x': {key}"):
+        schema_lib.from_json(bad, "s.json", "y", "binary")
+
+
+@pytest.mark.parametrize("shape, said", [({"size": 3}, "size 3"), ({"varlen": True}, "variable")])
+def test_quantiles_of_a_feature_of_many_values_are_named(shape, said):
+    bad = {
+        "label": {"name": "y", "dtype": "int", "classes": [0, 1]},
+        "features": [{"name": "x", "dtype": "float", "quantiles": [1, 2, 3], **shape}],
+    }
+    with pytest.raises(
+        schema_lib.SchemaError,
+        match=f"schema s.json: feature 'x': quantiles for a feature of {said}",
+    ):
         schema_lib.from_json(bad, "s.json", "y", "binary")
 
 

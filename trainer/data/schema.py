@@ -242,6 +242,13 @@ def from_json(obj: Any, source: str, label: str, task: str, weight: str | None =
                 and numbers == sorted(numbers)
             ):
                 raise fail(f"feature {name!r}: {key} {numbers!r}, expected ascending numbers")
+        if f.get("quantiles") and (size != 1 or varlen):
+            # They describe one number per record: ple_mlp encodes each value by them.
+            shape = "variable length" if varlen else f"size {size}"
+            raise fail(
+                f"feature {name!r}: quantiles for a feature of {shape}; "
+                "expected them for one-value numeric features only"
+            )
         if f.get("values") and not f.get("quantiles"):
             # ple_mlp scales by the quantiles and would drop the values without a word.
             raise fail(f"feature {name!r}: values without quantiles; give both, or delete values")
