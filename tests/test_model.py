@@ -126,6 +126,16 @@ def test_all_ple_features_in_one_layer_encode_as_each_in_its_own():
         np.testing.assert_array_equal(
             got.numpy(), model_lib.RobustPLE(quantiles, values)(x).numpy()
         )
+    # One feature alone: still a list of one, called eagerly and inside a model.
+    (alone,) = model_lib.RobustPLEs(encodings[:1])(xs[:1])
+    np.testing.assert_array_equal(alone.numpy(), together[0].numpy())
+    schema = schema_lib.Schema(
+        label=schema_lib.Label("y", "float"),
+        features=(schema_lib.Feature("x", "float", "numeric", quantiles=tuple(encodings[0][0])),),
+    )
+    inputs = model_lib.feature_inputs(schema)
+    encoded = keras.Model(inputs, model_lib.preprocess(inputs, schema, numeric="ple"))
+    np.testing.assert_array_equal(encoded({"x": xs[0]}).numpy(), together[0].numpy())
 
 
 def test_a_job_on_small_data_logs_and_records_its_hidden_layers(fake_gcs, store, job_uri, caplog):

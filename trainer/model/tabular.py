@@ -181,6 +181,8 @@ class RobustPLEs(keras.layers.Layer):
             bins = keras.ops.take(x, self.source, axis=1)
             parts.append(keras.ops.clip((bins - self.lower) / self.width, 0.0, 1.0))
         encoded = keras.ops.take(keras.ops.concatenate(parts, axis=1), self.order, axis=1)
+        if len(self.sizes) == 1:
+            return [encoded]
         return keras.ops.split(encoded, np.cumsum(self.sizes)[:-1].tolist(), axis=1)
 
     def get_config(self):
