@@ -103,6 +103,25 @@ def test_default_metric_and_evaluation_interval():
     assert defaults.eval_every(600, 20)[0] == 40
 
 
+@pytest.mark.parametrize(
+    "steps, every, validation, expected",
+    [
+        (1129, 100, True, 3),  # deliveries: 12 evaluations, a quarter of the run is 2.8
+        (20_000, 1000, True, 5),  # 20 evaluations: 5 of them
+        (3036, 200, True, 4),  # diamonds
+        (1000, 500, True, 2),  # at least 2: one is a single dip
+        (1000, 100, False, 0),  # nothing to stop on
+        (1000, 0, True, 0),  # one evaluation, at the end
+    ],
+)
+def test_training_stops_after_a_quarter_of_the_run_without_a_better_model(
+    steps, every, validation, expected
+):
+    patience, why = defaults.early_stopping_patience(steps, every, validation)
+    assert patience == expected
+    assert why.startswith("--early_stopping_patience unset")
+
+
 def test_ple_mlp_width_follows_the_number_of_training_records():
     small, why = defaults.hidden_units("ple_mlp", 2_999)
     assert small == (64, 32)

@@ -37,6 +37,7 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     assert plan.train_steps == 1000  # 10 epochs at batch 64 is 80: at least 1,000
     assert plan.hidden_units == (64, 32)  # fewer than 3,000 records
     assert plan.eval_every_steps == 50  # 20 evaluations over 1,000 steps, loops of 10
+    assert plan.early_stopping_patience == 5  # a quarter of 1,000 steps: 5 evaluations
     assert plan.selection_metric == "logLoss" and plan.cache == "memory"
     assert plan.seed == 7 and plan.head.task == "binary" and len(plan.splits.train_files) == 4
     # What was asked stays as asked; what was not decided reads through.
@@ -56,6 +57,7 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
         "trees",
         "precision",
         "eval_every_steps",
+        "early_stopping_patience",
         "selection_metric",
         "cache",
         "seed",
@@ -66,6 +68,8 @@ def test_a_plan_reads_and_decides_without_a_strategy(fake_gcs, job_uri):
     assert written["decided"]["train_steps"] == 1000 and written["decided"]["batch_size"] == 64
     assert written["decided"]["learning_rate"] == 1e-3
     assert written["decided"]["ensemble_size"] == plan.ensemble_size
+    assert written["decided"]["early_stopping_patience"] == 5
+    assert plan.resolved().early_stopping_patience == 5  # as a flag, it repeats the run
     assert plan.trees and written["decided"]["trees"]  # validation data, LightGBM installed
     assert written["data"]["train_records"] == 512
 

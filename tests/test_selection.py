@@ -36,6 +36,22 @@ def test_consider_keeps_the_best_weights_and_restores_them():
     assert chosen.best_value == 0.5
 
 
+def test_early_stopping_counts_only_evaluations_worse_than_the_best_by_the_margin():
+    """A plateau within MARGIN of the best is waited through (the rate's decay may still
+    bring a better model); evaluations in a row beyond it stop training."""
+    assert selection_lib.MARGIN == 0.01
+    for metric, best, near, far in [("logLoss", 0.5, 0.504, 0.506), ("auRoc", 0.8, 0.793, 0.791)]:
+        chosen = selection_lib.Selection(small_model(), metric, patience=2)
+        assert chosen.consider(10, {metric: best})
+        for step in (20, 30, 40):  # within 1% of the best: a plateau
+            assert not chosen.consider(step, {metric: near}) and not chosen.stopped
+        assert not chosen.consider(50, {metric: far}) and not chosen.stopped  # 1 of 2
+        assert not chosen.consider(60, {metric: near}) and not chosen.stopped  # in a row only
+        assert not chosen.consider(70, {metric: far}) and not chosen.stopped
+        assert not chosen.consider(80, {metric: far}) and chosen.stopped
+        assert chosen.selected_step == 10, metric
+
+
 def test_higher_is_better_for_scores_and_nothing_finite_selects_nothing():
     model = small_model()
     chosen = selection_lib.Selection(model, "auRoc")
@@ -82,7 +98,13 @@ def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, 
     # A learning rate far too high: validation loss moves up and down between evaluations.
     # Trees off: the neural model selected is then the model exported.
     config = make_config(
-        fake_gcs, job_uri, train_steps=80, eval_every_steps=10, learning_rate=0.3, trees="off"
+        fake_gcs,
+        job_uri,
+        train_steps=80,
+        eval_every_steps=10,
+        learning_rate=0.3,
+        trees="off",
+        early_stopping_patience=0,  # every evaluation: the best is not the last
     )
     result = run_job(config)
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
@@ -122,10 +144,19 @@ def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, st
     assert tf.train.latest_checkpoint(store.path(config.checkpoint_dir)).endswith(
         f"ckpt-{result.step}"
     )
-    history = [e["step"] for e in store.read_json(f"{job_uri}/model/history.json")["eval"]]
+    history = store.read_json(f"{job_uri}/model/history.json")["eval"]
     selected = result.metrics["selection"]
     assert selected["stoppedEarly"] and result.step < 400
-    assert history[-1] == result.step == selected["step"] + 20  # 2 evaluations after
+    # It stopped at the first 2 evaluations in a row worse than the best by over 1%.
+    best, beyond, stop = math.inf, 0, None
+    for e in history:
+        beyond = beyond + 1 if e["logLoss"] > 1.01 * min(best, e["logLoss"]) else 0
+        best = min(best, e["logLoss"])
+        if beyond == 2:
+            stop = e["step"]
+            break
+    assert history[-1]["step"] == result.step == stop
+    assert selected["step"] == min(history, key=lambda e: e["logLoss"])["step"]
     again = run_job(config)
     assert again.metrics == result.metrics
     assert "already finished" in caplog.text

@@ -76,8 +76,10 @@ flags.DEFINE_integer(
     "early_stopping_patience",
     D["early_stopping_patience"],
     "Stop after "
-    "this many evaluations in a row without a better --selection_metric; "
-    "0: train all --train_steps.",
+    "this many evaluations in a row whose --selection_metric is worse than the "
+    f"best by more than {defaults.STOP_MARGIN:.0%} of it; "
+    "0: train all --train_steps; unset: the evaluations of "
+    f"{defaults.STOP_AFTER:.0%} of --train_steps (at least 2).",
 )
 flags.DEFINE_string("label", None, "Name of the target feature.")
 flags.DEFINE_string(

@@ -79,7 +79,7 @@ class Config:
     hptune_metric: str = "loss"
     holdout_fraction: float = HOLDOUT_FRACTION
     selection_metric: str | None = None  # None: the task's proper loss (trainer.plan.defaults)
-    early_stopping_patience: int = 0
+    early_stopping_patience: int | None = None  # None: decided (trainer.plan.defaults)
     fake_gcs_root: str | None = None
 
     def storage(self) -> storage.Storage:
@@ -240,10 +240,11 @@ def validate(config: Config) -> None:
             f"--precision={config.precision} is for the built-in models; "
             f"--model_fn={config.model_fn!r} sets its own layers' dtype policy"
         )
-    for name in ("eval_steps", "checkpoint_every_steps", "early_stopping_patience"):
+    for name in ("eval_steps", "checkpoint_every_steps"):
         _at_least(name, getattr(config, name), 0)
-    if config.eval_every_steps is not None:
-        _at_least("eval_every_steps", config.eval_every_steps, 0)
+    for name in ("eval_every_steps", "early_stopping_patience"):
+        if getattr(config, name) is not None:
+            _at_least(name, getattr(config, name), 0)
     metrics = contracts.TASK_METRICS[config.task]
     for name in ("hptune_metric", "selection_metric"):
         value = getattr(config, name)

@@ -91,7 +91,8 @@ def _section_run(files: dict) -> str:
         files[contracts.METRICS_FILE],
     )
     missing = (files.get(contracts.PROFILE_FILE) or {}).get("missing", {})
-    seconds = (files.get(contracts.HISTORY_FILE) or {}).get("seconds")
+    history = files.get(contracts.HISTORY_FILE) or {}
+    seconds = history.get("training_seconds", history.get("seconds"))
     rows = [
         [
             f["name"],

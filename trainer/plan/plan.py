@@ -58,6 +58,7 @@ class Plan:
     trees: bool  # boosted trees blended in at the end (trainer.train.forest)
     precision: str  # what the built-in model's hidden layers multiply in (model.precision)
     eval_every_steps: int
+    early_stopping_patience: int  # evaluations; 0: never stops early
     selection_metric: str
     reasons: tuple[tuple[str, str], ...]  # (what, why) of each decision, in order
 
@@ -82,6 +83,7 @@ class Plan:
             ensemble_size=self.ensemble_size,
             precision=self.precision,
             eval_every_steps=self.eval_every_steps,
+            early_stopping_patience=self.early_stopping_patience,
             selection_metric=self.selection_metric,
         )
 
@@ -101,6 +103,7 @@ class Plan:
                 "trees": self.trees,
                 "precision": self.precision,
                 "eval_every_steps": self.eval_every_steps,
+                "early_stopping_patience": self.early_stopping_patience,
                 "selection_metric": self.selection_metric,
                 "cache": self.cache,
                 "seed": self.seed,
@@ -249,6 +252,14 @@ def _decide(
         decided["eval_every_steps"] = every
         if splits.validation_files:
             reasons.append(("eval_every_steps", f"{every:,} ({why})"))
+    decided["early_stopping_patience"] = config.early_stopping_patience
+    if config.early_stopping_patience is None:
+        patience, why = defaults.early_stopping_patience(
+            decided["train_steps"], decided["eval_every_steps"], bool(splits.validation_files)
+        )
+        decided["early_stopping_patience"] = patience
+        if splits.validation_files:
+            reasons.append(("early_stopping_patience", f"{patience} ({why})"))
     metric, why = (config.selection_metric, "--selection_metric")
     if metric is None:
         metric, why = defaults.selection_metric(config.task)

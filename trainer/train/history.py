@@ -1,6 +1,9 @@
 """The run's curves: training loss per inner loop and evaluation metrics per evaluation,
 kept beside the checkpoints (so a resumed job keeps its past) and exported as
-model_dir/history.json (what trainer.report draws)."""
+model_dir/history.json (what trainer.report draws), with the job's times: `seconds`,
+from the model's construction to the export (evaluations, importance and profile
+included), and `training_seconds`, to the final model (networks trained and selected,
+trees fitted and blended): what a library's fit time compares with."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ class History:
         self.path = storage_lib.join(checkpoint_dir, contracts.HISTORY_FILE)
         self.train: list[dict] = []
         self.eval: list[dict] = []
-        self.seconds = 0.0  # training time before this process, from the checkpoints
+        self.seconds = 0.0  # the job's time before this process, from the checkpoints
         self._start = time.monotonic()
+        self._trained: float | None = None  # when the final model was in place
 
     def restore(self, step: int) -> None:
         """Keeps what was recorded up to `step` (the checkpoint resumed from)."""
@@ -36,13 +40,20 @@ class History:
     def add_eval(self, step: int, metrics: dict) -> None:
         self.eval = [e for e in self.eval if e["step"] != step] + [{"step": step, **metrics}]
 
+    def trained(self) -> None:
+        """Marks the end of training: the final model is in place."""
+        self._trained = time.monotonic()
+
     def save(self) -> None:
         if self.is_chief:
             self.storage.write_json(self.path, self.to_json())
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "train": self.train,
             "eval": self.eval,
             "seconds": round(self.seconds + time.monotonic() - self._start, 3),
         }
+        if self._trained is not None:
+            out["training_seconds"] = round(self.seconds + self._trained - self._start, 3)
+        return out

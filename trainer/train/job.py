@@ -265,6 +265,7 @@ class _Job:
             blended = forest.blend(plan, self.loops.model, self.strategy, self.is_chief)
             self.loops = self.loops.with_model(blended.model)
             validate = self._evaluator(plan.splits.validation_files, plan.splits.validation_part)
+        self.history.trained()
         summary, sums, data = validation.final(
             self.loops,
             plan,

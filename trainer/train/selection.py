@@ -16,10 +16,14 @@ import keras
 import tensorflow as tf
 
 from trainer.base import contracts
+from trainer.plan import defaults
+
+MARGIN = defaults.STOP_MARGIN
 
 
 class Selection(tf.Module):
-    """The best model evaluated so far, by `metric`, and when to stop waiting for better.
+    """The best model evaluated so far, by `metric`, and when to stop waiting for better:
+    after `patience` evaluations in a row worse than the best by more than MARGIN of it.
 
     Create it outside `strategy.scope()`: its variables are plain copies on the host,
     assigned from (and to) the model's in cross-replica context between inner loops.
@@ -35,6 +39,7 @@ class Selection(tf.Module):
             ]
             self.value = tf.Variable(math.nan, dtype=tf.float64, trainable=False)
             self.step = tf.Variable(-1, dtype=tf.int64, trainable=False)  # -1: none yet
+            # Evaluations in a row worse than the best by more than MARGIN.
             self.since = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     @property
@@ -51,22 +56,24 @@ class Selection(tf.Module):
         returns whether they did. A non-finite figure never wins."""
         value = float(metrics[self.metric])
         best = self.best_value
-        better = math.isfinite(value) and (
-            math.isnan(best) or (value < best if contracts.minimized(self.metric) else value > best)
-        )
+        sign = 1.0 if contracts.minimized(self.metric) else -1.0  # as a loss: lower is better
+        better = math.isfinite(value) and (math.isnan(best) or sign * value < sign * best)
         if better:
             for copy, weight in zip(self.best, self._weights):
                 copy.assign(weight.value)
             self.value.assign(value)
             self.step.assign(step)
-            self.since.assign(0)
-        else:
+        worse = not better and not sign * (value - best) <= MARGIN * abs(best)  # NaN: worse
+        if worse:
             self.since.assign_add(1)
+        else:
+            self.since.assign(0)
         return better
 
     @property
     def stopped(self) -> bool:
-        """Whether `patience` evaluations in a row brought nothing better."""
+        """Whether the last `patience` evaluations were all worse than the best by more
+        than MARGIN."""
         return bool(self.patience) and int(self.since.numpy()) >= self.patience
 
     def restore_best(self) -> int | None:

@@ -60,7 +60,7 @@ def evaluator(
 class Validation(actions.Action):
     """The outer loop's validation action: every `every` steps and at step `last`,
     evaluates the model, logs and records it, offers it for selection, and stops training
-    after `patience` evaluations without a better model."""
+    after `patience` evaluations in a row worse than the best (selection.MARGIN)."""
 
     def __init__(
         self,
@@ -92,10 +92,11 @@ class Validation(actions.Action):
         selection = self.selection
         if selection.stopped:
             logging.info(
-                "stopping early at step %d: no better %s in %d evaluations (the "
-                "best, %.5g, at step %d)",
+                "stopping early at step %d: %s worse than the best by more than %g%% "
+                "in %d evaluations in a row (the best, %.5g, at step %d)",
                 step,
                 selection.metric,
+                100 * selection_lib.MARGIN,
                 selection.patience,
                 selection.best_value,
                 selection.selected_step,
