@@ -183,9 +183,10 @@ def eval_every(train_steps: int, steps_per_loop: int) -> tuple[int, str]:
 def early_stopping_patience(
     train_steps: int, eval_every_steps: int, validation: bool
 ) -> tuple[int, str]:
-    """The default patience (evaluations in a row without a better model before training
-    stops), and why: as many evaluations as fall in STOP_AFTER of the run, at least 2;
-    0 (never) without validation data or with a single evaluation at the end."""
+    """The default patience (evaluations in a row worse than the best by more than
+    STOP_MARGIN before training stops), and why: as many evaluations as fall in
+    STOP_AFTER of the run, at least 2; 0 (never) without validation data or with a
+    single evaluation at the end."""
     if not validation or not eval_every_steps:
         return 0, "--early_stopping_patience unset: no evaluation to stop on"
     patience = max(2, -(-int(STOP_AFTER * train_steps) // eval_every_steps))
