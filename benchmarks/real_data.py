@@ -348,7 +348,7 @@ def trainer_metrics(
         history = json.load(f)
     # From the job itself: its training (networks, trees, blend: what a library's fit
     # does), and the same with the final evaluations, importance and profile.
-    metrics["seconds"] = history.get("training_seconds", history["seconds"])
+    metrics["seconds"] = history["training_seconds"]
     metrics["seconds to export"] = history["seconds"]
     # The whole job as a user waits for it: start-up, plan, training, trees, export.
     metrics["job seconds"] = time.monotonic() - start
