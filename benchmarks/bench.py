@@ -266,12 +266,14 @@ def cores(files) -> list[dict]:
 
 
 def model_config(
-    model: str = "mlp", ensemble_size: int = 1, precision: str = "float32"
+    model: str = "mlp", ensemble_size: int = 1, precision: str = "float32", adapters="input"
 ) -> config_lib.Config:
     """The benchmark's model settings: `mlp` at HIDDEN units, the model every row has
     measured since the first run (the default before `ple_mlp`), or another built-in
-    `model` at its own, with `ensemble_size` members, multiplying in `precision`."""
-    return step.model_config(model, ensemble_size, HIDDEN if model == "mlp" else None, precision)
+    `model` at its own, with `ensemble_size` members (their own weights where `adapters`
+    says), multiplying in `precision`."""
+    units = HIDDEN if model == "mlp" else None
+    return step.model_config(model, ensemble_size, units, precision, adapters)
 
 
 def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]:
@@ -295,9 +297,12 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         name="mlp",
         members: int = 1,
         precision="float32",
+        adapters="input",
     ):
         keras.utils.set_random_seed(0)
-        model = model_lib.build(schema, head.units, model_config(name, members, precision))
+        model = model_lib.build(
+            schema, head.units, model_config(name, members, precision, adapters)
+        )
         # ple_mlp's rate schedule needs a length; it does not change the cost of a step.
         optimizer = optimizers.make_optimizer(1e-3, name, train_steps=10 * n_steps)
         optimizer.build(model.trainable_variables)
@@ -334,6 +339,9 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             "ple_mlp": loop("ple_mlp", False, steps, "memory", "ple_mlp"),
             "default": loop("default", False, steps, "memory", "ple_mlp", ENSEMBLE),
             "bf16": loop("bf16", False, steps, "memory", "ple_mlp", ENSEMBLE, "bfloat16"),
+            "tabm": loop(
+                "tabm", False, steps, "memory", "ple_mlp", ENSEMBLE, "float32", "every_layer"
+            ),
             "fit": fit(),
         },
         FLAGS.repeats,
@@ -343,6 +351,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             "--model=mlp": (built["memory"], r["memory"], "fp32"),
             "--model=ple_mlp, 1 member": (built["ple_mlp"], r["ple_mlp"], "fp32"),
             f"the default, {ENSEMBLE} members": (built["default"], r["default"], "fp32"),
+            "the default, --ensemble_adapters=every_layer": (built["tabm"], r["tabm"], "fp32"),
             f"the default in bf16 ({ENSEMBLE} members, --precision=bfloat16)": (
                 built["bf16"],
                 r["bf16"],
@@ -388,6 +397,13 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
             "1 member",
         ),
         row("training", "the default, --precision=bfloat16", r["bf16"], r["default"], "float32"),
+        row(
+            "training",
+            "the default, --ensemble_adapters=every_layer (TabM)",
+            r["tabm"],
+            r["default"],
+            "input (TabM-mini)",
+        ),
     ]
 
 

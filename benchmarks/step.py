@@ -28,10 +28,11 @@ def model_config(
     ensemble_size: int,
     hidden_units: tuple[int, ...] | None = None,
     precision: str = "float32",
+    ensemble_adapters: str = "input",
 ) -> config_lib.Config:
     """A built-in `model` with `ensemble_size` members (at its own width unless
-    `hidden_units`) multiplying in `precision`, as the benchmarks build it: data and
-    output paths unused."""
+    `hidden_units`, their own weights where `ensemble_adapters` says) multiplying in
+    `precision`, as the benchmarks build it: data and output paths unused."""
     return config_lib.make_config(
         env={},
         train_data="x",
@@ -42,6 +43,7 @@ def model_config(
         hidden_units=hidden_units,
         ensemble_size=ensemble_size,
         precision=precision,
+        ensemble_adapters=ensemble_adapters,
     )
 
 

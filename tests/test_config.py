@@ -121,6 +121,10 @@ def test_config_is_frozen_and_serialisable():
             dict(ensemble_size=4, model_fn="m:f"),
             "--ensemble_size=4 is for the built-in models; --model_fn='m:f' builds its own",
         ),
+        (
+            dict(ensemble_adapters="tabm"),
+            "--ensemble_adapters='tabm': expected one of input, every_layer",
+        ),
         (dict(trees="on"), "--trees='on': expected one of auto, off"),
         (dict(precision="fp16"), "--precision='fp16': expected one of float32, bfloat16"),
         (

@@ -77,7 +77,7 @@ def test_members_learn_on_their_own_losses_not_on_their_mean(task, classes, labe
 
 
 def test_the_first_layer_is_k_scaled_copies_of_one_layer():
-    layer = ensemble.Members(6, k=3, chunks=(2, 1, 2), seed=5)
+    layer = ensemble.Members(6, k=3, chunks=(2, 1, 2), seed=5, adapters="every_layer")
     x = tf.constant(RNG.normal(size=(4, 5)), tf.float32)
     layer.build(x.shape)
     w, r, s, b = (v.numpy() for v in (layer.kernel, layer.r, layer.s, layer.bias))
@@ -95,6 +95,18 @@ def test_the_first_layer_is_k_scaled_copies_of_one_layer():
         assert member[0] == member[1] and member[3] == member[4]
 
 
+def test_input_adapters_scale_the_inputs_and_share_the_rest():
+    layer = ensemble.Members(6, k=3, chunks=(2, 1, 2), seed=5, adapters="input")
+    x = tf.constant(RNG.normal(size=(4, 5)), tf.float32)
+    layer.build(x.shape)
+    assert layer.s is None and tuple(layer.bias.shape) == (6,)  # TabM-mini: no s, one bias
+    layer.r.assign(RNG.normal(size=layer.r.shape))  # r moves in training
+    layer.bias.assign(RNG.normal(size=layer.bias.shape))
+    w, r, b = (v.numpy() for v in (layer.kernel, layer.r, layer.bias))
+    expected = np.stack([np.maximum((x.numpy() * r[i]) @ w + b, 0) for i in range(3)], axis=1)
+    np.testing.assert_allclose(layer(x).numpy(), expected, atol=1e-5)
+
+
 def test_members_start_differently_for_each_seed_and_alike_for_the_same():
     def signs(seed):
         layer = ensemble.Members(4, k=8, chunks=(1,) * 6, seed=seed)
@@ -106,7 +118,7 @@ def test_members_start_differently_for_each_seed_and_alike_for_the_same():
     assert len({tuple(row) for row in signs(1)}) > 1  # members differ from each other
 
 
-def test_hidden_batch_ensemble_layer_and_heads_against_numpy():
+def test_hidden_layers_and_heads_against_numpy():
     x = tf.constant(RNG.normal(size=(4, 3, 5)), tf.float32)
     dense = ensemble.BatchEnsembleDense(2)
     dense.build(x.shape)
@@ -115,18 +127,32 @@ def test_hidden_batch_ensemble_layer_and_heads_against_numpy():
     w, r, s, b = (v.numpy() for v in (dense.kernel, dense.r, dense.s, dense.bias))
     expected = np.maximum((x.numpy() * r) @ w * s + b, 0)
     np.testing.assert_allclose(dense(x).numpy(), expected, atol=1e-5)
+    shared = ensemble.SharedDense(2)
+    shared.build(x.shape)
+    shared.bias.assign(RNG.normal(size=shared.bias.shape))
+    expected = np.maximum(x.numpy() @ shared.kernel.numpy() + shared.bias.numpy(), 0)
+    np.testing.assert_allclose(shared(x).numpy(), expected, atol=1e-5)
     out = ensemble.Heads(2)
     out.build(x.shape)
     expected = np.einsum("bkd,kdo->bko", x.numpy(), out.kernel.numpy()) + out.bias.numpy()
     np.testing.assert_allclose(out(x).numpy(), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("adapters", ["input", "every_layer"])
 @pytest.mark.parametrize("task, units", [("regression", 1), ("multiclass", 3)])
-def test_the_built_in_model_returns_one_row_of_logits_per_member(fake_gcs, job_uri, task, units):
-    config = dataclasses.replace(make_config(fake_gcs, job_uri, task=task), ensemble_size=4)
+def test_the_built_in_model_returns_one_row_of_logits_per_member(
+    fake_gcs, job_uri, task, units, adapters
+):
+    config = dataclasses.replace(
+        make_config(fake_gcs, job_uri, task=task), ensemble_size=4, ensemble_adapters=adapters
+    )
     keras.utils.set_random_seed(1)
     model = model_lib.build(SCHEMA, units, config)
     logits = model(BATCH).numpy()
     assert logits.shape == (2, 4, units)
     assert np.all(np.isfinite(logits))
     assert np.max(np.abs(logits[:, 0] - logits[:, 1])) > 1e-4  # members differ at the start
+    # The hidden layers after the first: one kernel and bias for all members (TabM-mini),
+    # or adapters and biases of each member's own (TabM).
+    own = {v.path.rsplit("/", 1)[-1] for v in model.get_layer("hidden_1").weights}
+    assert own == ({"kernel", "bias"} if adapters == "input" else {"kernel", "r", "s", "b"})

@@ -154,6 +154,16 @@ flags.DEFINE_integer(
     + ".",
 )
 flags.DEFINE_enum(
+    "ensemble_adapters",
+    D["ensemble_adapters"],
+    list(config_lib.ENSEMBLE_ADAPTERS),
+    "Where the ensemble's members have weights of their own: input (TabM-mini: each "
+    "member scales the inputs by its own factors, starting at random signs; the hidden "
+    "layers are shared) or every_layer (TabM: rank-one adapters and biases of its own "
+    "in every hidden layer; 1.2x-1.3x the step's time, the same figures on the benchmark "
+    "tables).",
+)
+flags.DEFINE_enum(
     "trees",
     D["trees"],
     list(config_lib.TREES),

@@ -34,6 +34,8 @@ CACHE_POLICIES = ("auto", "memory", "off")
 # auto: when there is validation data to blend on (trainer.plan.defaults.trees).
 TREES = ("auto", "off")
 PRECISIONS = ("float32", "bfloat16")
+# Where the ensemble's members have weights of their own (trainer.model.ensemble).
+ENSEMBLE_ADAPTERS = ("input", "every_layer")
 
 
 class ConfigError(ValueError):
@@ -60,6 +62,7 @@ class Config:
     model: str = "ple_mlp"
     hidden_units: tuple[int, ...] | None = None  # None: the --model's own
     ensemble_size: int | None = None  # None: decided (trainer.plan.defaults)
+    ensemble_adapters: str = "input"
     trees: str = "auto"
     precision: str = "float32"
     steps_per_loop: int = 100
@@ -222,6 +225,7 @@ def validate(config: Config) -> None:
     _one_of("cache", config.cache, CACHE_POLICIES)
     _one_of("trees", config.trees, TREES)
     _one_of("precision", config.precision, PRECISIONS)
+    _one_of("ensemble_adapters", config.ensemble_adapters, ENSEMBLE_ADAPTERS)
     for name in ("steps_per_loop", "shuffle_buffer", "schema_sample_records", "cpu_devices"):
         _at_least(name, getattr(config, name), 1)
     for name in ("batch_size", "train_steps"):

@@ -288,7 +288,14 @@ def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.
     if (config.ensemble_size or 1) > 1:
         chunks = tuple(int(p.shape[-1]) for p in parts)
         logits = ensemble.members_body(
-            x, chunks, units, config.ensemble_size, num_outputs, config.effective_seed(), hidden
+            x,
+            chunks,
+            units,
+            config.ensemble_size,
+            num_outputs,
+            config.effective_seed(),
+            hidden,
+            config.ensemble_adapters,
         )
         return keras.Model(inputs=inputs, outputs=logits, name="tabular")
     for i, width in enumerate(units):
