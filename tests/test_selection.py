@@ -95,30 +95,31 @@ def assert_exported_is(store, model_dir: str, figures: dict) -> None:
 
 
 def test_the_export_is_the_best_evaluated_model_not_the_last(fake_gcs, job_uri, store):
-    # A learning rate far too high: validation loss moves up and down between evaluations.
+    # A learning rate too high: the networks overfit halfway and validation loss rises.
+    # (At 0.3 the default's ReLUs die and the loss sits at ln 2: no model to tell apart.)
     # Trees off: the neural model selected is then the model exported.
     config = make_config(
         fake_gcs,
         job_uri,
-        train_steps=80,
-        eval_every_steps=10,
-        learning_rate=0.3,
+        train_steps=160,
+        eval_every_steps=20,
+        learning_rate=0.1,
         trees="off",
         early_stopping_patience=0,  # every evaluation: the best is not the last
     )
     result = run_job(config)
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
     history = store.read_json(f"{job_uri}/model/history.json")["eval"]
-    assert [e["step"] for e in history] == list(range(10, 81, 10))
+    assert [e["step"] for e in history] == list(range(20, 161, 20))
     best = min(history, key=lambda e: e["logLoss"])
     assert metrics["selection"]["step"] == best["step"] == result.metrics["selection"]["step"]
-    assert best["step"] != 80, "this run should overfit; change its flags"
-    assert metrics["selection"]["goal"] == "minimize" and metrics["step"] == 80
+    assert best["step"] != 160, "this run should overfit; change its flags"
+    assert metrics["selection"]["goal"] == "minimize" and metrics["step"] == 160
     # The exported model is that step's: its validation figures, evaluated again at the
     # end, and recomputed here from the SavedModel's predictions.
     assert metrics["validation"]["logLoss"] == pytest.approx(best["logLoss"], abs=1e-6)
     assert_exported_is(store, f"{job_uri}/model", best)
-    last = [e for e in history if e["step"] == 80][0]
+    last = [e for e in history if e["step"] == 160][0]
     assert last["logLoss"] > best["logLoss"]
     assert metrics["data"] == {
         "training": config.train_data,
@@ -136,7 +137,7 @@ def test_early_stopping_and_a_rerun_that_has_nothing_to_do(fake_gcs, job_uri, st
         train_steps=400,
         eval_every_steps=10,
         checkpoint_every_steps=10,
-        learning_rate=0.3,
+        learning_rate=0.1,  # overfits by step 100 (at 0.3 the default's ReLUs die)
         early_stopping_patience=2,
     )
     result = run_job(config)
