@@ -266,7 +266,7 @@ def cores(files) -> list[dict]:
 
 
 def model_config(
-    model: str = "mlp", ensemble_size: int = 1, precision: str = "float32", adapters="input"
+    model: str = "mlp", ensemble_size: int = 1, precision: str = "float32", adapters: str = "input"
 ) -> config_lib.Config:
     """The benchmark's model settings: `mlp` at HIDDEN units, the model every row has
     measured since the first run (the default before `ple_mlp`), or another built-in
@@ -297,7 +297,7 @@ def training_throughput(files, schema, steps: int, ceiling: float) -> list[dict]
         name="mlp",
         members: int = 1,
         precision="float32",
-        adapters="input",
+        adapters: str = "input",
     ):
         keras.utils.set_random_seed(0)
         model = model_lib.build(
