@@ -39,6 +39,12 @@ flags.DEFINE_multi_string(
     "the defaults alone; several flags in one set: space-separated.",
 )
 flags.DEFINE_list("datasets", [], "Datasets to run (default: all).")
+flags.DEFINE_string(
+    "blend_predictions",
+    None,
+    "A folder: run the jobs through benchmarks.blend_predictions, which keeps each one's "
+    "validation and test predictions there as NAME-SEED.npz (for benchmarks.blend_rules).",
+)
 flags.DEFINE_enum(
     "tables",
     "sixteen",
@@ -318,10 +324,14 @@ def trainer_metrics(
     name: str, task: str, train: str, evaluation: str, extra: str, seed: str
 ) -> dict:
     job = os.path.join(FLAGS.data_dir, "jobs", f"{name}-{time.time_ns()}")
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if FLAGS.blend_predictions:
+        os.makedirs(FLAGS.blend_predictions, exist_ok=True)
+        env["BLEND_PREDICTIONS"] = os.path.join(FLAGS.blend_predictions, f"{name}-{seed}.npz")
     args = [
         sys.executable,
         "-m",
-        "trainer.task",
+        "benchmarks.blend_predictions" if FLAGS.blend_predictions else "trainer.task",
         f"--train_data={train}",
         # The 20% is test data, never seen while training or selecting the model;
         # validation is held out of the training records (--holdout_fraction).
@@ -333,13 +343,7 @@ def trainer_metrics(
         *extra.split(),
     ]
     start = time.monotonic()
-    proc = subprocess.run(
-        args,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"{name} {extra}: {proc.stderr[-2000:]}")
     with open(os.path.join(job, "model", contracts.METRICS_FILE)) as f:

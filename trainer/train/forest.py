@@ -12,8 +12,8 @@ them beside the checkpoints (TREES_FILE), so a restarted job reuses them.
 
 The blend: the mean of probabilities (of numbers, for regression) weighted w for the
 neural members together and 1 - w for the trees: the w with the lowest proper loss on
-the validation data (log loss, or squared error), pulled towards 1/2 the fewer the
-validation records (`choose_weight`).
+the validation data (log loss, or squared error), pulled towards 1/2 as far as
+resamples of those records disagree on it (`choose_weight`).
 Then, for classes, the blend's logits are divided by the temperature that gives the
 lowest validation log loss (temperature scaling: it changes probabilities, not the
 predicted class nor the AUC).
@@ -59,9 +59,12 @@ PATIENCE = 300
 # Fixed, whatever the machine: LightGBM's sums, and so its trees, depend on the threads.
 THREADS = 2
 BLEND_STEPS = 20
-# Validation records at which validation's choice of the weight and the equal blend
-# count alike (choose_weight).
-BLEND_PRIOR_RECORDS = 2000
+# The blend weight's prior: around 1/2, this standard deviation (choose_weight; chosen on
+# the 26 benchmark tables: 0.909 of HGB's error against 0.911-0.912 for 0.1, 0.2, 0.5,
+# docs/decisions.md); and the resamples of the validation records that measure how sure
+# validation is of its choice.
+WEIGHT_PRIOR_SD = 0.3
+BOOTSTRAPS = 200
 # Temperatures tried on the blend's logits (classes), evenly spaced in log from 1/2 to 4.
 TEMPERATURES = 25
 BATCH = 4096
@@ -86,7 +89,8 @@ def blend(
     x, labels, weights = matrix(plan, splits.validation_files, splits.validation_part, None)
     logits = neural_logits(plan, neural, splits.validation_files, splits.validation_part)
     scores = trees.Forest(fitted.arrays, fitted.booster)(x).numpy()
-    weight, losses = choose_weight(plan.head, logits, scores, labels, weights)
+    weighed = choose_weight(plan.head, logits, scores, labels, weights, plan.seed)
+    weight, losses = weighed.weight, weighed.losses
     temperature, calibrated = choose_temperature(
         plan.head, blended(plan.head, logits, scores, weight), labels, weights
     )
@@ -96,13 +100,16 @@ def blend(
         )
     logging.info(
         "blend: %d rounds of boosted trees (%s records, %.1fs); weighed %.2f neural : %.2f "
-        "trees on %d validation records (loss %.5g; neural alone %.5g, trees alone %.5g)%s",
+        "trees on %d validation records (their own choice %.2f, spread %.2f over resamples; "
+        "loss %.5g; neural alone %.5g, trees alone %.5g)%s",
         fitted.rounds,
         f"{fitted.records:,}" if fitted.records else "kept",
         fitted.seconds,
         weight,
         1 - weight,
         len(labels),
+        weighed.choice,
+        weighed.spread,
         losses[weight],
         losses[1.0],
         losses[0.0],
@@ -110,6 +117,8 @@ def blend(
     )
     info = {
         "neuralWeight": weight,
+        "validationChoice": weighed.choice,
+        "choiceSpread": round(weighed.spread, 4),
         "temperature": temperature,
         "treeRounds": fitted.rounds,
         "treeRecords": fitted.records,
@@ -151,6 +160,7 @@ def fit_or_load(plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: boo
         return _fitted(booster, text, 0, start)
     x, y, w = matrix(plan, plan.splits.train_files, plan.splits.train_part, TREE_RECORDS)
     vx, vy, vw = matrix(plan, plan.splits.validation_files, plan.splits.validation_part, None)
+    y, vy = _target(plan.head, y), _target(plan.head, vy)
     task = "regression" if plan.task == "regression" else "classification"
     params = {
         **PARAMS[task],
@@ -191,9 +201,9 @@ def _fitted(booster, text: str, records: int, start: float) -> Fitted:
 def matrix(
     plan: plan_lib.Plan, files: list[str], part, limit: int | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(columns, targets, weights) of up to `limit` records of `files` that `part` keeps,
-    in file order: the trees' matrix (trees.Columns), and the label as the head learns it
-    (class indices; the standardised number for regression)."""
+    """(columns, labels, weights) of up to `limit` records of `files` that `part` keeps,
+    in file order: the trees' matrix (trees.Columns), and the labels as the head's loss
+    takes them (class indices; numbers as they are)."""
     columns = trees.Columns(plan.schema)
     xs, ys, ws, n = [], [], [], 0
     for features, labels, weights in _records(plan, files, part):
@@ -204,9 +214,15 @@ def matrix(
         if limit is not None and n >= limit:
             break
     x, y, w = (np.concatenate(a)[:limit] for a in (xs, ys, ws))
-    if plan.task == "regression":
-        y = (y - plan.head.label_mean) / plan.head.label_std
     return x, y, w
+
+
+def _target(head: heads.Head, labels: np.ndarray) -> np.ndarray:
+    """What the trees learn: class indices, or the standardised number, on the neural
+    model's scale (its logits for regression are standardised too)."""
+    if head.task != "regression":
+        return labels
+    return (labels - head.label_mean) / head.label_std
 
 
 def neural_logits(plan: plan_lib.Plan, model, files: list[str], part) -> np.ndarray:
@@ -231,33 +247,78 @@ def _records(plan: plan_lib.Plan, files: list[str], part) -> tf.data.Dataset:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Weighing:
+    """The blend's neural share `weight`; validation's own choice and its standard
+    deviation over resamples of the records; the validation loss of every w tried."""
+
+    weight: float
+    choice: float
+    spread: float
+    losses: dict[float, float]
+
+
 def choose_weight(
-    head: heads.Head, neural: np.ndarray, forest: np.ndarray, labels: np.ndarray, weights
-) -> tuple[float, dict[float, float]]:
-    """The neural share w of the blend, and the validation loss of every w tried.
+    head: heads.Head,
+    neural: np.ndarray,
+    forest: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray,
+    seed: int = 0,
+) -> Weighing:
+    """The neural share w of the blend, as validation weighs it (`Weighing`).
 
-    The w of the lowest proper loss on these records (from 0 to 1 in steps of
-    1/BLEND_STEPS), pulled towards the equal blend the fewer the records:
-    0.5 + (w* - 0.5) * n / (n + BLEND_PRIOR_RECORDS). A few hundred validation records
-    choose by chance (both models were also selected on them): on the 25 tables of
-    benchmarks/real_data.py, validation's own choice gave 0.924 of HGB's error, the equal
-    blend 0.912, this rule 0.911 (docs/decisions.md).
+    w* is the w of the lowest proper loss on these records (from 0 to 1 in steps of
+    1/BLEND_STEPS); `spread` is w*'s standard deviation over BOOTSTRAPS resamples of the
+    records (drawn from `seed`: every worker draws the same). The weight is w* pulled
+    towards the equal blend as far as validation is unsure of it (`pulled`): the mean of
+    a normal prior around 1/2 of deviation WEIGHT_PRIOR_SD and a normal likelihood around
+    w* of deviation `spread`. A few dozen records choose by chance (both models were also
+    selected on them); a clear choice, on any number of records, is followed
+    (docs/decisions.md).
     """
+    grid = [i / BLEND_STEPS for i in range(BLEND_STEPS + 1)]
+    weights = np.asarray(weights, np.float64)
 
-    def loss(w: float) -> float:
-        logits = blended(head, neural, forest, w)
-        per_example = head.loss(_labels(head, labels), tf.constant(logits)).numpy()
-        return float(np.sum(per_example * weights) / np.sum(weights))
+    def per_example(w: float) -> np.ndarray:
+        return _per_example_loss(head, blended(head, neural, forest, w), labels)
 
-    losses = {i / BLEND_STEPS: loss(i / BLEND_STEPS) for i in range(BLEND_STEPS + 1)}
-    # Ties (within float32's rounding: trees that add nothing) keep the neural model.
-    lowest = min(losses.values())
-    best = max(w for w, value in losses.items() if value <= lowest + 1e-6 * abs(lowest))
+    def mean(losses: np.ndarray) -> float:
+        return float(weights @ losses / weights.sum())
+
+    table = np.stack([per_example(w) for w in grid], 1)  # [records, w]
+    losses = {w: mean(column) for w, column in zip(grid, table.T)}
+    best = _lowest(grid, weights @ table)
+    rng = np.random.default_rng(seed)
     n = len(labels)
-    chosen = round(0.5 + (best - 0.5) * n / (n + BLEND_PRIOR_RECORDS), 4)
+    draws = [
+        _lowest(grid, (np.bincount(rng.integers(0, n, n), minlength=n) * weights) @ table)
+        for _ in range(BOOTSTRAPS)
+    ]
+    spread = float(np.std(draws))
+    chosen = pulled(best, spread)
     if chosen not in losses:
-        losses[chosen] = loss(chosen)
-    return chosen, losses
+        losses[chosen] = mean(per_example(chosen))
+    return Weighing(chosen, best, spread, losses)
+
+
+def pulled(choice: float, spread: float, prior_sd: float = WEIGHT_PRIOR_SD) -> float:
+    """Validation's `choice` of the weight, pulled towards 1/2 as far as its `spread`
+    says it is unsure: 0.5 + (choice - 0.5) * prior_sd^2 / (prior_sd^2 + spread^2)."""
+    return round(0.5 + (choice - 0.5) * prior_sd**2 / (prior_sd**2 + spread**2), 4)
+
+
+def _per_example_loss(head: heads.Head, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The head's loss of each record, in float64 for the sums over records."""
+    per_example = head.loss(_labels(head, labels), tf.constant(logits, tf.float32))
+    return per_example.numpy().astype(np.float64)
+
+
+def _lowest(grid: list[float], totals: np.ndarray) -> float:
+    """The w of the lowest total; ties (within float32's rounding: trees that add
+    nothing) keep the neural model."""
+    lowest = float(np.min(totals))
+    return max(w for w, total in zip(grid, totals) if total <= lowest + 1e-6 * abs(lowest))
 
 
 def choose_temperature(
@@ -267,9 +328,10 @@ def choose_temperature(
     the lowest log loss on these records, from 1/2 to 4, and that loss. 1 unless another
     is better by more than float32's rounding."""
 
+    weights = np.asarray(weights, np.float64)
+
     def loss(t: float) -> float:
-        per_example = head.loss(_labels(head, labels), tf.constant(logits / t, tf.float32))
-        return float(np.sum(per_example.numpy() * weights) / np.sum(weights))
+        return float(weights @ _per_example_loss(head, logits / t, labels) / weights.sum())
 
     plain = loss(1.0)
     if head.task == "regression":
