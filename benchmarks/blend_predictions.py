@@ -4,8 +4,8 @@ variable BLEND_PREDICTIONS. `benchmarks.real_data --blend_predictions=DIR` runs 
 through this; `benchmarks.blend_rules` replays weight rules on the files.
 
 The job itself is unchanged (the same model, metrics and export): the predictions are
-read on the side, after the blend is chosen. Regression's numbers are standardised, as
-the models predict them.
+read on the side, after the blend is chosen. The models' predictions are kept as they
+give them (regression's standardised), the labels as the records hold them.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ _choose_weight, _blend = forest.choose_weight, forest.blend
 _validation: dict = {}
 
 
-def choose_weight(head, neural, scores, labels, weights, seed=0, **kwargs):
+def choose_weight(head, neural, scores, labels, weights, seed=0):
     """The job's own choice, its inputs kept."""
     _validation.update(neural=neural, trees=scores, labels=labels, weights=weights, seed=seed)
-    return _choose_weight(head, neural, scores, labels, weights, seed, **kwargs)
+    return _choose_weight(head, neural, scores, labels, weights, seed)
 
 
 def blend(plan, neural, strategy, is_chief):

@@ -3,7 +3,7 @@
     python -m benchmarks.real_data --tables=sixteen --variant= \\
         --blend_predictions=.local/blend --output=.local/sixteen.json   # (held_out, fresh)
     python -m benchmarks.blend_rules --predictions=.local/blend \\
-        --set=the 26:.local/sixteen.json,.local/held_out.json --set=fresh:.local/fresh.json
+        --set="the 26:.local/sixteen.json,.local/held_out.json" --set=fresh:.local/fresh.json
 
 A job's training is deterministic and the weight only mixes two fixed predictions, so a
 rule's test error is exact without training again: each rule picks a weight from the
