@@ -8,7 +8,7 @@
 A job's training is deterministic and the weight only mixes two fixed predictions, so a
 rule's test error is exact without training again: each rule picks a weight from the
 validation predictions (`trainer.train.forest`'s own functions), and the blend of the test
-predictions at that weight is scored as `benchmarks.real_data` scores a job (RMSE; 1 - AUC,
+predictions at that weight is scored by `real_data.error_ratio`, as a job is (RMSE; 1 - AUC,
 here exact where the job's own AUC is a 1,000-bin histogram's; 1 - accuracy; a classifier's
 error plus 0.5 / test rows), median over seeds, over HistGradientBoosting's error from the
 same runs' JSON. Prints each table under each rule, then per set the geometric means per
@@ -60,17 +60,18 @@ def rules(job: dict, head: heads.Head, prior_sds: list[float]) -> dict[str, floa
     return found
 
 
-def test_error(job: dict, head: heads.Head, weight: float) -> float:
-    """The blend's error on the test records at `weight` (a classifier's unsmoothed)."""
+def test_metric(job: dict, head: heads.Head, weight: float) -> dict[str, float]:
+    """The blend's test metric at `weight`, under the name `real_data.ERRORS` reads it
+    (rootMeanSquaredError, auRoc, accuracy)."""
     logits = forest.blended(head, job["test_neural"], job["test_trees"], weight)
     labels = job["test_labels"]
     if head.task == "regression":
         predicted = head.predictions(tf.constant(logits)).numpy()
-        return float(np.sqrt(np.mean((predicted - labels) ** 2)))
+        return {"rootMeanSquaredError": float(np.sqrt(np.mean((predicted - labels) ** 2)))}
     probabilities = head.probabilities(tf.constant(logits)).numpy()
     if head.task == "binary":
-        return 1 - float(roc_auc_score(labels, probabilities[:, 1]))
-    return float(np.mean(probabilities.argmax(1) != labels))
+        return {"auRoc": float(roc_auc_score(labels, probabilities[:, 1]))}
+    return {"accuracy": float(np.mean(probabilities.argmax(1) == labels))}
 
 
 def head_of(job: dict) -> heads.Head:
@@ -89,19 +90,16 @@ def replay(rows: list[dict], folder: str, prior_sds: list[float]) -> tuple[dict,
         files = sorted(glob.glob(os.path.join(folder, f"{row['dataset']}-*.npz")))
         if not files:
             continue
-        errors = collections.defaultdict(list)
+        metrics = collections.defaultdict(list)
         for path in files:
             job = dict(np.load(path))
             head = head_of(job)
             for rule, weight in rules(job, head, prior_sds).items():
-                errors[rule].append(test_error(job, head, weight))
-        test_rows = row["rows"] - int(0.8 * row["rows"])  # real_data.split_rows
-        half = 0.0 if row["task"] == "regression" else 0.5 / test_rows
-        hgb = real_data.ERRORS[row["task"]](
-            {k.removeprefix("boosting "): v for k, v in row.items()}
-        )
-        for rule, values in errors.items():
-            ratios[rule][row["dataset"]] = (float(np.median(values)) + half) / (hgb + half)
+                metrics[rule].append(test_metric(job, head, weight))
+        for rule, runs in metrics.items():
+            # Medians over seeds, scored as real_data scores a job's row.
+            medians = {k: float(np.median([run[k] for run in runs])) for k in runs[0]}
+            ratios[rule][row["dataset"]] = real_data.error_ratio({**row, **medians})
         ratios["CatBoost"][row["dataset"]] = row["catboost error ratio"]
     return ratios, [r["dataset"] for r in rows if r["dataset"] in ratios["CatBoost"]]
 
@@ -122,7 +120,7 @@ def main(argv):
         for task in ("all", "regression", "binary", "multiclass"):
             chosen = [t for t in tables if task in ("all", task_of[t])]
             cells = " | ".join(
-                f"**{np.exp(np.mean(np.log([ratios[r][t] for t in chosen]))):.3f}**" for r in names
+                f"**{real_data.geomean(ratios[r][t] for t in chosen):.3f}**" for r in names
             )
             print(f"| geometric mean, {task} ({len(chosen)}) | | {cells} |")
         above = " | ".join(str(sum(ratios[r][t] > 1.10 for t in tables)) for r in names)

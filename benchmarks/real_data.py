@@ -480,7 +480,7 @@ def summary(rows: list[dict]) -> list[str]:
                 worst = max(ratios, key=ratios.get)
                 lines.append(
                     f"{flags_:>24} {task:>10}: geometric mean of error ratios "
-                    f"{_geomean(ratios.values()):.3f} over "
+                    f"{geomean(ratios.values()):.3f} over "
                     f"{len(ratios)}, worst {ratios[worst]:.3f} ({worst})"
                 )
     first = [r for r in rows if r["flags"] == rows[0]["flags"]]
@@ -494,7 +494,7 @@ def summary(rows: list[dict]) -> list[str]:
             if ratios:
                 lines.append(
                     f"{title:>24} {task:>10}: geometric mean of error ratios "
-                    f"{_geomean(ratios):.3f} over {len(ratios)}"
+                    f"{geomean(ratios):.3f} over {len(ratios)}"
                 )
     return lines
 
@@ -533,7 +533,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _geomean(values) -> float:
+def geomean(values) -> float:
     return float(np.exp(np.mean(np.log(list(values)))))
 
 

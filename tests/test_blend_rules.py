@@ -33,6 +33,7 @@ def test_a_job_s_kept_predictions_replay_its_weight_and_test_error(
     assert weights["spread, prior sd 0.3"] == weights["the job's"]
     assert weights["validation's choice"] == metrics["blend"]["validationChoice"]
     # The blend of the kept test predictions at that weight scores what the job measured.
-    rmse = blend_rules.test_error(job, head, weights["the job's"])
+    rmse = blend_rules.test_metric(job, head, weights["the job's"])["rootMeanSquaredError"]
     assert rmse == pytest.approx(metrics["rootMeanSquaredError"], rel=1e-5)
-    assert blend_rules.test_error(job, head, 0.0) != pytest.approx(rmse, rel=1e-5)
+    trees = blend_rules.test_metric(job, head, 0.0)["rootMeanSquaredError"]
+    assert trees != pytest.approx(rmse, rel=1e-5)
