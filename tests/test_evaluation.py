@@ -59,13 +59,14 @@ def test_classification_evaluation_matches_scikit_learn(exported, fake_gcs, task
         assert abs(point["falsePositiveCount"] - fp) <= 1, point
         assert point["truePositiveCount"] + point["falseNegativeCount"] == truth.sum()
         assert point["falsePositiveCount"] + point["trueNegativeCount"] == (~truth).sum()
-    # AUCs from 1,000 bins: within 0.005 of the exact ones.
+    # AUCs from 8192 bins of the log-odds, 1e-3 wide near 1/2 where these barely trained
+    # models predict: within 2e-3 of the exact ones.
     auc = (
         sk.roc_auc_score(y, p[:, 1])
         if task == "binary"
         else sk.roc_auc_score(y, p, multi_class="ovr", average="macro")
     )
-    assert m["auRoc"] == pytest.approx(auc, abs=0.005)
+    assert m["auRoc"] == pytest.approx(auc, abs=2e-3)
     if task == "multiclass":
         assert [s["class"] for s in doc["slices"]] == json.load(
             open(os.path.join(model_dir, "schema.json"))
