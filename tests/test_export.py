@@ -56,6 +56,27 @@ def test_predict_signature_takes_raw_named_features(fake_gcs, job_uri, store):
     }
 
 
+def test_the_model_s_graph_is_held_once(fake_gcs, job_uri, store):
+    """Both signatures call one traced function of the model: its matrix products are in
+    one function of the SavedModel's library, not one copy per signature (deliveries'
+    saved_model.pb: 0.82 MB against 1.53 MB with a copy each)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    config = make_config(fake_gcs, job_uri, task="binary", train_steps=2)
+    run_job(config)
+    saved = saved_model_pb2.SavedModel()
+    with open(store.path(config.model_dir + "/saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    products = {"MatMul", "BatchMatMulV2", "_FusedMatMul"}
+    holding = [
+        function.signature.name
+        for graph in saved.meta_graphs
+        for function in graph.graph_def.library.function
+        if any(node.op in products for node in function.node_def)
+    ]
+    assert len(holding) == 1, holding
+
+
 def test_model_dir_holds_a_complete_export_only(fake_gcs, job_uri, store):
     config = make_config(fake_gcs, job_uri, task="binary")
     result = run_job(config)

@@ -1,5 +1,5 @@
 """The full evaluation in Vertex AI's model evaluation schema (evaluation.json), from the
-same summed histograms as the summary metrics, so it too is exact across workers.
+summed histograms of `trainer.evaluate.metrics`, so it too is exact across workers.
 
 Classifiers get `confidenceMetrics` at 101 thresholds (0, 0.01, ..., 1: each a multiple
 of the histograms' bin width, so the counts are exact), `confusionMatrix`, and for

@@ -42,13 +42,23 @@ def write_saved_model(
     involve collectives); only the chief's `path` should be the real destination.
     """
 
+    # The model is traced once, on [batch, size] features; both endpoints call that one
+    # function, so the SavedModel holds its graph once, not once per signature.
+    @tf.function(
+        input_signature=[
+            {f.name: tf.TensorSpec([None, f.size], f.parsed_dtype) for f in schema.features}
+        ],
+        autograph=False,
+    )
+    def serve(features):
+        return head.outputs(model(features, training=False))
+
     def serve_examples(examples):
-        return head.outputs(model(inputs.parse_features(examples, schema), training=False))
+        return serve(inputs.parse_features(examples, schema))
 
     def serve_features(features):
         # Scalar features arrive as [batch]; the model takes [batch, size].
-        shaped = {f.name: tf.reshape(features[f.name], [-1, f.size]) for f in schema.features}
-        return head.outputs(model(shaped, training=False))
+        return serve({f.name: tf.reshape(features[f.name], [-1, f.size]) for f in schema.features})
 
     # The trees are traced as plain ops (trees.portable): the SavedModel serves without XLA.
     with trees.portable(model):
