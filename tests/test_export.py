@@ -42,15 +42,19 @@ def test_predict_signature_takes_raw_named_features(fake_gcs, job_uri, store):
     config = make_config(fake_gcs, job_uri, task="multiclass")
     result = run_job(config)
     loaded = tf.saved_model.load(store.path(config.model_dir))
-    records = read_records(store, data_globs("multiclass")[1], 8)
+    records = read_records(store, data_globs("multiclass")[1], 32)
     from_examples = loaded.signatures["serving_default"](examples=tf.constant(records))
     parsed = inputs.parse_features(tf.constant(records), result.schema)
+    # Records lacking a feature the schema marks missing: NaN in, finite answers out.
+    marked = [f.name for f in result.schema.features if f.missing]
+    assert marked and any(np.isnan(parsed[name].numpy()).any() for name in marked)
     # Instances of an online prediction request: scalars as [batch], vectors [batch, n].
     instances = {name: tf.squeeze(t, 1) if t.shape[1] == 1 else t for name, t in parsed.items()}
     from_features = loaded.signatures["predict"](**instances)
     np.testing.assert_allclose(
         from_features["probabilities"], from_examples["probabilities"], atol=1e-6
     )
+    assert np.isfinite(from_features["probabilities"].numpy()).all()
     assert set(loaded.signatures["predict"].structured_input_signature[1]) == {
         f.name for f in result.schema.features
     }

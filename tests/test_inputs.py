@@ -45,6 +45,26 @@ def test_missing_features_get_schema_defaults(store):
     assert labels.numpy().tolist() == [1, 0]  # class indices in the schema's order
 
 
+def test_a_feature_marked_missing_parses_as_nan_and_only_infinity_fails(store):
+    """`Feature.missing`: a record without the feature, or with NaN in it, parses as NaN
+    (the model marks it missing); an infinite value fails, naming the feature."""
+    schema = schema_lib.Schema(
+        label=schema_lib.Label("label", "string", ("no", "yes")),
+        features=(schema_lib.Feature("x", "float", "numeric", mean=5.0, std=2.0, missing=True),),
+    )
+    uri = write(
+        store,
+        "gs://test-bucket/marked/a.tfrecord",
+        [example(x=1.0, label="yes"), example(label="no"), example(x=float("nan"), label="no")],
+    )
+    features, _, _ = next(
+        iter(inputs.make_dataset([store.path(uri)], schema, batch_size=3, training=False))
+    )
+    np.testing.assert_array_equal(features["x"].numpy(), [[1.0], [np.nan], [np.nan]])
+    bad = write(store, "gs://test-bucket/marked/b.tfrecord", [example(x=float("inf"), label="no")])
+    assert "feature 'x' has a non-finite value" in scan.find_bad_record(store, [bad], schema)
+
+
 def test_batches_have_the_requested_shape(store):
     files, schema = infer(store, data_globs("multiclass")[0], "multiclass")
     ds = inputs.make_dataset(

@@ -196,6 +196,60 @@ def test_few_distinct_values_are_kept_and_any_function_of_them_can_be_fitted():
     assert fit_residual(model_lib.RobustPLE(id_feature.quantiles)) > 0.5
 
 
+@pytest.mark.parametrize("numeric", ["standard", "ple"])
+def test_a_missing_number_is_marked_not_taken_for_its_mean(numeric):
+    """A feature some records lack (`Feature.missing`) parses as NaN there; the model
+    sees the mean and a 0/1 mark after every feature's encoding, so a record without it
+    and one holding the mean differ only in the mark."""
+    schema = schema_lib.Schema(
+        label=schema_lib.Label("y", "float"),
+        features=(
+            schema_lib.Feature(
+                "a",
+                "float",
+                "numeric",
+                mean=2.0,
+                std=2.0,
+                quantiles=tuple(np.linspace(0.0, 4.0, 9)),
+                missing=True,
+            ),
+            schema_lib.Feature("b", "float", "numeric", mean=0.0, std=1.0),
+        ),
+    )
+    inputs = model_lib.feature_inputs(schema)
+    encoded = keras.Model(inputs, model_lib.preprocess(inputs, schema, numeric))
+    spec = schema.parse_spec(with_label=False)
+    absent = tf.train.Example().SerializeToString()  # neither feature
+    parsed = tf.io.parse_example(tf.constant([absent]), spec)
+    assert np.isnan(parsed["a"].numpy()).all() and parsed["b"].numpy()[0, 0] == 0.0
+    rows = encoded(
+        {"a": tf.constant([[np.nan], [2.0], [3.0]]), "b": tf.constant([[0.5], [0.5], [0.5]])}
+    ).numpy()
+    assert np.isfinite(rows).all()
+    np.testing.assert_array_equal(rows[:, -1], [1.0, 0.0, 0.0])  # the mark, last
+    np.testing.assert_allclose(rows[0, :-1], rows[1, :-1], atol=1e-6)  # NaN: the mean
+    assert np.abs(rows[2, :-1] - rows[1, :-1]).max() > 0.1
+
+
+@pytest.mark.parametrize(
+    "feature, said",
+    [
+        ({"dtype": "int"}, "this one is int numeric of size 1"),
+        ({"dtype": "float", "size": 2}, "of size 2"),
+        ({"dtype": "float", "varlen": True}, "(varlen)"),
+        ({"dtype": "string", "vocabulary": ["a"]}, "this one is string categorical"),
+    ],
+)
+def test_missing_on_a_feature_that_cannot_be_marked_is_named(feature, said):
+    bad = {
+        "label": {"name": "y", "dtype": "int", "classes": [0, 1]},
+        "features": [{"name": "x", "missing": True, **feature}],
+    }
+    with pytest.raises(schema_lib.SchemaError, match="feature 'x': missing is for float") as e:
+        schema_lib.from_json(bad, "s.json", "y", "binary")
+    assert said in str(e.value)
+
+
 @pytest.mark.parametrize("key", ["quantiles", "values"])
 def test_bad_quantiles_or_values_in_a_schema_file_are_named(key):
     bad = {

@@ -1,5 +1,7 @@
 """Schema: inference from records, the JSON format, and errors that name the culprit."""
 
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -42,8 +44,14 @@ def test_infers_types_statistics_and_vocabulary():
     f = {feat.name: feat for feat in schema.features}
     assert (f["x"].dtype, f["x"].kind, f["x"].size) == ("float", "numeric", 1)
     assert f["x"].mean == pytest.approx(2.0) and f["x"].std == pytest.approx(1.0)
-    assert f["x"].default_value() == pytest.approx(2.0)  # missing -> mean -> 0 after norm
-    assert (f["n"].dtype, f["n"].default_value()) == ("int", 4)
+    # x is missing in a record: it parses as NaN, which the model marks as missing; n is
+    # in every record: a record without it gets the mean.
+    assert f["x"].missing and math.isnan(f["x"].default_value())
+    written = {d["name"]: d for d in schema.to_json()["features"]}
+    assert written["x"]["missing"] and "default" not in written["x"]
+    again = schema_lib.from_json(schema.to_json(), "s", "label", "binary")
+    assert again.to_json() == schema.to_json() and math.isnan(again.features[3].default_value())
+    assert (f["n"].dtype, f["n"].default_value(), f["n"].missing) == ("int", 4, False)
     assert f["v"].size == 2 and f["v"].mean == pytest.approx(3.5)
     assert f["c"].kind == "categorical" and f["c"].vocabulary == ("a", "b")  # by frequency
     assert f["c"].default_value() == schema_lib.MISSING

@@ -193,6 +193,8 @@ def infer(
                     if one_value
                     else (),
                     values=exact,
+                    # Only a float can parse as NaN; an int without values keeps the mean.
+                    missing=one_value and s.kind == "float_list" and s.count < seen,
                 )
             )
     if not features:

@@ -90,11 +90,14 @@ def parser(schema: schema_lib.Schema):
     weight); the weight is 1 without --weight, and where a record lacks it.
 
     Non-finite feature or label values fail the batch with a message naming the feature:
-    one NaN would otherwise turn every weight into NaN a few steps later.
+    one NaN would otherwise turn every weight into NaN a few steps later. A feature
+    marked missing (`Feature.missing`) parses as NaN where a record lacks it, so a NaN
+    of its own counts as missing too; only an infinite value fails.
     """
     spec = schema.parse_spec(with_label=True)
     encode_label = label_encoder(schema)
     checked = [f.name for f in schema.features if f.dtype == "float"]
+    marked = {f.name for f in schema.features if f.missing}
     if schema.label.dtype == "float":
         checked.append(schema.label.name)
 
@@ -109,6 +112,13 @@ def parser(schema: schema_lib.Schema):
                         values.flat_values, f"feature {name!r} has a non-finite value"
                     )
                 )
+            elif name in marked:
+                finite = tf.debugging.check_numerics(
+                    tf.where(tf.math.is_nan(values), tf.zeros_like(values), values),
+                    f"feature {name!r} has a non-finite value",
+                )
+                with tf.control_dependencies([finite]):
+                    values = tf.identity(values)
             else:
                 values = tf.debugging.check_numerics(
                     values, f"feature {name!r} has a non-finite value"

@@ -77,6 +77,11 @@ class Feature:
     # EXACT_VALUE_RECORDS times on average, those values when the label's mean per value
     # predicts it better than quantile bins do (used only beside quantiles).
     values: tuple = ()
+    # Float features of one value that some sampled records lack: a record without it
+    # parses as NaN, and the model sees the mean and a 0/1 "missing" input beside it
+    # (the trees, NaN: LightGBM learns where missing values go), instead of the mean
+    # alone, which a missing value could not be told from (docs/decisions.md).
+    missing: bool = False
 
     def pad_value(self) -> Any:
         """What fills a variable-length feature's dense [batch, size] tensor after its
@@ -92,7 +97,10 @@ class Feature:
         return DTYPES[self.dtype]
 
     def default_value(self) -> Any:
-        """What a record without this feature gets: the mean, or the missing token."""
+        """What a record without this feature gets: NaN (`missing`), the mean, or the
+        missing token."""
+        if self.missing:
+            return float("nan")
         if self.default is not None:
             return self.default
         if self.kind == "categorical":
@@ -139,6 +147,8 @@ class Schema:
             d = {"name": f.name, "dtype": f.dtype, "kind": f.kind, "size": f.size}
             if f.varlen:
                 d["varlen"] = True
+            elif f.missing:
+                d["missing"] = True  # no default: a record without it is marked missing
             else:
                 d["default"] = f.default_value()
             if f.kind == "numeric":
@@ -249,6 +259,15 @@ def from_json(obj: Any, source: str, label: str, task: str, weight: str | None =
                 f"feature {name!r}: quantiles for a feature of {shape}; "
                 "expected them for one-value numeric features only"
             )
+        missing = f.get("missing", False)
+        if not isinstance(missing, bool):
+            raise fail(f"feature {name!r}: missing {missing!r}, expected true or false")
+        if missing and (kind, dtype, size, varlen) != ("numeric", "float", 1, False):
+            # NaN marks it: only a float can hold NaN, and the indicator is one number.
+            raise fail(
+                f"feature {name!r}: missing is for float numeric features of one value; "
+                f"this one is {dtype} {kind} of size {size}{' (varlen)' if varlen else ''}"
+            )
         if f.get("values") and not f.get("quantiles"):
             # ple_mlp scales by the quantiles and would drop the values without a word.
             raise fail(f"feature {name!r}: values without quantiles; give both, or delete values")
@@ -261,10 +280,11 @@ def from_json(obj: Any, source: str, label: str, task: str, weight: str | None =
                 mean=float(f.get("mean", 0.0)),
                 std=std if std > 0 else 1.0,
                 vocabulary=tuple(f.get("vocabulary", ())),
-                default=None if varlen else f.get("default"),
+                default=None if varlen or missing else f.get("default"),
                 varlen=varlen,
                 quantiles=tuple(float(q) for q in f.get("quantiles", [])),
                 values=tuple(float(v) for v in f.get("values", [])),
+                missing=missing,
             )
         )
     if label in {f.name for f in features}:

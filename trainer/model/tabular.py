@@ -77,6 +77,27 @@ class VarLenSummary(keras.layers.Layer):
         )
 
 
+class Missing(keras.layers.Layer):
+    """A number NaN marks as missing ([batch, 1]) -> [the number, `fill` where missing;
+    1.0 where missing, else 0.0]: the network sees where the value was missing, not
+    just an ordinary value (`schema.Feature.missing`)."""
+
+    def __init__(self, fill: float, **kwargs):
+        super().__init__(**kwargs)
+        self.fill = float(fill)
+
+    def call(self, x):
+        x = keras.ops.cast(x, "float32")
+        absent = keras.ops.isnan(x)
+        return [keras.ops.where(absent, self.fill, x), keras.ops.cast(absent, "float32")]
+
+    def compute_output_shape(self, input_shape):
+        return [input_shape, input_shape]
+
+    def get_config(self):
+        return {**super().get_config(), "fill": self.fill}
+
+
 class BagMean(keras.layers.Layer):
     """The mean embedding of a bag of ids ([batch, size, dim]), leaving out `pad_id`;
     zeros for an empty bag."""
@@ -226,7 +247,16 @@ def encode(
     are looked up in their vocabulary (slot 0: unseen values, slot 1: missing) and
     one-hot encoded or embedded. Variable-length features: numbers are summarised
     (`VarLenSummary`), categoricals become a bag (multi-hot, or the mean embedding).
+    A number NaN marks as missing (`Feature.missing`) is encoded as its mean there, and
+    its 0/1 mark comes after every feature's encoding (`Missing`).
     """
+    inputs, marks = dict(inputs), []
+    for f in schema.features:
+        if f.missing:
+            inputs[f.name], mark = Missing(f.mean, name=f"{layer_name(f.name)}_missing")(
+                inputs[f.name]
+            )
+            marks.append(mark)
     ple = [
         f
         for f in schema.features
@@ -271,7 +301,7 @@ def encode(
                 else keras.layers.Flatten(name=f"{name}_flat")(embedded)
             )
         parts.append(encoded)
-    return parts
+    return parts + marks
 
 
 def tabular_model(schema: schema_lib.Schema, num_outputs: int, config) -> keras.Model:

@@ -51,7 +51,9 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
                 pad = schema_lib.pad_value(feature["kind"], feature["dtype"])
                 instance[name] = (values + [pad] * size)[:size]
                 continue
-            values = values or [feature["default"]] * size
+            # A feature marked missing (schema.json's "missing") has no default: NaN.
+            default = float("nan") if feature.get("missing") else feature["default"]
+            values = values or [default] * size
             instance[name] = values if tensor_spec.shape.rank == 2 else values[0]
         instances.append(instance)
     return {"signature_name": contracts.PREDICT, "instances": instances}
