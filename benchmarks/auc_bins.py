@@ -44,21 +44,22 @@ def readings(job: dict, score_bins: list[int]) -> dict[str, float]:
             else roc_auc_score(labels, probabilities, multi_class="ovr", average="macro")
         )
     }
+    # What the jobs read until 2026-12-06: the probability histogram, in the same sums.
+    sums = metrics.batch_sums(head, tf.constant(labels), tf.constant(logits))
+    classes = len(probabilities[0]) if head.task == "multiclass" else 1
+    positives = sums["positives"].numpy().reshape(classes, metrics.BINS)
+    negatives = sums["negatives"].numpy().reshape(classes, metrics.BINS)
+    aucs = [metrics.roc_auc(p, q) for p, q in zip(positives, negatives)]
+    out["probability 1000"] = float(np.mean([a for a in aucs if a is not None]))
     kept = metrics.SCORE_BINS
     try:
         for bins in score_bins:
             metrics.SCORE_BINS = bins  # read by batch_sums and finish at each call
             sums = metrics.batch_sums(head, tf.constant(labels), tf.constant(logits))
-            sums = {k: v.numpy() for k, v in sums.items()}
-            out[f"log-odds {bins}"] = metrics.finish(head, sums)["auRoc"]
+            read = metrics.finish(head, {k: v.numpy() for k, v in sums.items()})
+            out[f"log-odds {bins}"] = read["auRoc"]
     finally:
         metrics.SCORE_BINS = kept
-    classes = len(probabilities[0]) if head.task == "multiclass" else 1
-    positives = sums["positives"].reshape(classes, metrics.BINS)
-    negatives = sums["negatives"].reshape(classes, metrics.BINS)
-    out["probability 1000"] = float(
-        np.mean([metrics.roc_auc(p, q) for p, q in zip(positives, negatives)])
-    )
     return out
 
 

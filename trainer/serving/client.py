@@ -32,9 +32,9 @@ def vertex_body(records: list[bytes]) -> dict:
 
 def raw_body(records: list[bytes], model_dir: str, model) -> dict:
     """rawPredict of the `predict` signature: each instance the named raw features; a
-    feature a record lacks gets the training default from the export's schema.json, and
-    a variable-length one is cut or padded to its size (with "" or -1 for categories,
-    NaN for numbers, which TF Serving's JSON accepts)."""
+    feature a record lacks gets the training default from the export's schema.json (NaN
+    for one marked `missing`), and a variable-length one is cut or padded to its size
+    (with "" or -1 for categories, NaN for numbers, which TF Serving's JSON accepts)."""
     spec = model.signatures[contracts.PREDICT].structured_input_signature[1]
     with tf.io.gfile.GFile(storage_lib.join(model_dir, contracts.SCHEMA_FILE)) as f:
         schema = {feat["name"]: feat for feat in json.load(f)["features"]}
@@ -51,7 +51,6 @@ def raw_body(records: list[bytes], model_dir: str, model) -> dict:
                 pad = schema_lib.pad_value(feature["kind"], feature["dtype"])
                 instance[name] = (values + [pad] * size)[:size]
                 continue
-            # A feature marked missing (schema.json's "missing") has no default: NaN.
             default = float("nan") if feature.get("missing") else feature["default"]
             values = values or [default] * size
             instance[name] = values if tensor_spec.shape.rank == 2 else values[0]
