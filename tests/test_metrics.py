@@ -155,7 +155,7 @@ def test_metrics_json_agrees_with_the_exported_model(fake_gcs, store, mirrored_t
     one = found["one"]
     assert one["examples"] == len(y) == 128
     # 60 steps leave the probabilities near 1/2, where bins are 1e-3 wide; on 128
-    # records each tied pair moves the AUC by 1/(positives x negatives), about 2.4e-4.
+    # records each tied pair moves the AUC by 1/(2 x positives x negatives), about 1.2e-4.
     assert one["auRoc"] == pytest.approx(exact_roc_auc(y, p), abs=2e-3)
     assert one["accuracy"] == pytest.approx(np.mean((p > 0.5) == (y == 1)), abs=1e-6)
     assert one["logLoss"] == pytest.approx(
