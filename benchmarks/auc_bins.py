@@ -5,7 +5,8 @@
     python -m benchmarks.auc_bins --predictions=.local/blend
 
 For each classifier job kept by `--blend_predictions`, its test predictions (the blend at
-the job's own weight) go through `trainer.evaluate.metrics.batch_sums` and `finish` as a
+the job's own weight, before the temperature, which moves no rank but does move a record
+between log-odds bins) go through `trainer.evaluate.metrics.batch_sums` and `finish` as a
 job's evaluation does, once per number of log-odds bins, and the probability histogram's
 AUC (1,000 bins, the jobs' AUC until 2026-12-06) is read from the same sums. Prints each
 one's AUC minus the exact one (scikit-learn; macro one-vs-rest for multiclass) and, per
