@@ -1,0 +1,351 @@
+"""Two changes to the trees' side of the default model, replayed on real default jobs
+(issue 28, 2026-12-06; neither built, docs/results/2026-12-06-races-and-second-trees.md):
+
+- **A race**: the trees fitted first, the networks stopped at the first evaluation from
+  a share `f` of the planned steps on where their best validation loss is worse than
+  the trees' by more than `m`; the job is then the trees alone (weight 0, exact here).
+- **A second trees member**: another boosted-trees model fitted on the job's own
+  matrices (trainer.train.forest.matrix: the same records, the same validation records
+  for its early stopping), blended in two stages by the job's own rule
+  (forest.choose_weight): the two trees first, then the network with their blend.
+
+    python -m benchmarks.real_data --tables=sixteen --variant= \\
+        --blend_predictions=.local/blend --output=.local/sixteen.json   # held_out, fresh
+    python -m benchmarks.tree_members --predictions=.local/blend \\
+        --jobs=.local/real-data/jobs --set="the 26:.local/sixteen.json,.local/held_out.json" \\
+        --set=fresh:.local/fresh.json
+
+Each job's plan is rebuilt from its config.json (its directory under --jobs, found by
+table and seed), the matrices read as the job reads them, and the second member's
+scores kept under --cache. Errors as benchmarks.blend_rules scores them (medians over
+seeds, over HistGradientBoosting's error).
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import os
+import time
+
+import numpy as np
+from absl import app, flags
+
+from benchmarks import blend_rules, real_data
+from trainer.base import config as config_lib
+from trainer.base import contracts
+from trainer.model import heads, trees
+from trainer.plan import plan as plan_lib
+from trainer.train import forest
+
+FLAGS = flags.FLAGS  # --predictions and --set: benchmarks.blend_rules' flags
+flags.DEFINE_string("jobs", ".local/real-data/jobs", "The jobs' directories (NAME-TIME).")
+flags.DEFINE_string("cache", ".local/tree-members", "Where second members' scores are kept.")
+
+RACES = [(f, m) for f in (0.1, 0.25, 0.5) for m in (0.0, 0.02, 0.05, 0.1)]
+# The second members, fixed before any was run (none tuned): a CatBoost-like LightGBM
+# (depth 6, a small rate, L2 3, randomised splits), the member's own parameters with
+# another seed (a control: what a second draw alone gives), and CatBoost at its defaults
+# (one-hot splits up to 255 values, wider categoricals as their slot: what an export of
+# plain comparisons could hold), if installed.
+LIGHTGBM = {
+    "lightgbm, CatBoost-like": lambda task, seed: {
+        "max_depth": 6,
+        "num_leaves": 64,
+        "learning_rate": 0.03,
+        "lambda_l2": 3.0,
+        "min_data_in_leaf": 1,
+        "bagging_fraction": 0.8,
+        "extra_trees": True,
+        "seed": seed,
+    },
+    "lightgbm, another seed": lambda task, seed: {**forest.PARAMS[task], "seed": seed + 1000},
+}
+CATBOOST = "catboost"
+
+
+def job_dirs(jobs: str, table: str) -> dict[int, str]:
+    """seed -> the directory of `table`'s finished job of that seed (the newest)."""
+    found: dict[int, tuple[float, str]] = {}
+    for name in os.listdir(jobs):
+        if not (name.startswith(f"{table}-") and name[len(table) + 1 :].isdigit()):
+            continue
+        path = os.path.join(jobs, name)
+        plan_file = _model_file(path, contracts.PLAN_FILE)
+        if os.path.exists(plan_file):
+            seed = json.load(open(plan_file))["decided"]["seed"]
+            if seed not in found or os.path.getmtime(path) > found[seed][0]:
+                found[seed] = (os.path.getmtime(path), path)
+    return {seed: path for seed, (_, path) in found.items()}
+
+
+def _model_file(job_dir: str, name: str) -> str:
+    return os.path.join(job_dir, "model", name)  # benchmarks.real_data's --job_dir/model
+
+
+def race_stop(history: dict, trees_loss: float, train_steps: int, f: float, m: float):
+    """The step at which the race stops the networks (None: they finish)."""
+    best = np.inf
+    for e in history["eval"]:
+        best = min(best, e["loss"])
+        if e["step"] >= f * train_steps and best > trees_loss * (1 + m):
+            return e["step"]
+    return None
+
+
+def seconds_after(history: dict, batch: int, step: int) -> float:
+    """The training loops' seconds after `step` (each loop's examples/s)."""
+    total, previous = 0.0, 0
+    for row in history["train"]:
+        if row["step"] > step:
+            total += (row["step"] - previous) * batch / row["examples_per_second"]
+        previous = row["step"]
+    return total
+
+
+def job_plan(job_dir: str) -> plan_lib.Plan:
+    """The job's plan, rebuilt from its config.json."""
+    config = json.load(open(_model_file(job_dir, contracts.CONFIG_FILE)))
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+    return plan_lib.make_plan(config_lib.Config(**config))
+
+
+def matrices(plan: plan_lib.Plan) -> dict[str, tuple]:
+    """The trees' (columns, target, weights) of training, validation and test records,
+    as the job's trees read them."""
+    s = plan.splits
+    out = {
+        "train": forest.matrix(plan, s.train_files, s.train_part, forest.TREE_RECORDS),
+        "validation": forest.matrix(plan, s.validation_files, s.validation_part, None),
+        "test": forest.matrix(plan, s.test_files, None, None),
+    }
+    return {k: (x, forest._target(plan.head, y), w) for k, (x, y, w) in out.items()}
+
+
+def fit_lightgbm(plan: plan_lib.Plan, data: dict, params: dict) -> tuple:
+    """(validation scores, test scores, seconds) of LightGBM fitted as the job fits its
+    trees, with `params` over the member's own."""
+    import lightgbm
+
+    (x, y, w), (vx, vy, vw) = data["train"], data["validation"]
+    task = "regression" if plan.task == "regression" else "classification"
+    objective = {"regression": "regression", "binary": "binary"}.get(plan.task, "multiclass")
+    full = {
+        **forest.PARAMS[task],
+        "objective": objective,
+        "bagging_freq": 1,
+        "min_sum_hessian_in_leaf": 1e-7,
+        "max_bin": 255,
+        "seed": plan.seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "num_threads": forest.THREADS,
+        "verbose": -1,
+        **({"num_class": plan.head.units} if plan.task == "multiclass" else {}),
+        **params,
+    }
+    cats = trees.categorical_columns(plan.schema)
+    start = time.monotonic()
+    train = lightgbm.Dataset(x, y, weight=w, categorical_feature=cats, free_raw_data=True)
+    valid = lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=cats, reference=train)
+    booster = lightgbm.train(
+        full,
+        train,
+        num_boost_round=forest.ROUNDS,
+        valid_sets=[valid],
+        callbacks=[lightgbm.early_stopping(forest.PATIENCE, verbose=False)],
+    )
+    seconds = time.monotonic() - start
+
+    def scores(a):
+        raw = booster.predict(a, num_iteration=booster.best_iteration, raw_score=True)
+        return np.asarray(raw, np.float64).reshape(len(a), -1)
+
+    return scores(vx), scores(data["test"][0]), seconds
+
+
+def fit_catboost(plan: plan_lib.Plan, data: dict) -> tuple:
+    """(validation scores, test scores, seconds) of CatBoost at its defaults (1,000
+    rounds, the best on the validation records), the job's seed, 2 threads."""
+    import catboost
+    import pandas as pd
+
+    (x, y, _), (vx, vy, _), (tx, _, _) = data["train"], data["validation"], data["test"]
+    every = np.concatenate([x, vx, tx])
+    cats = [c for c in trees.categorical_columns(plan.schema) if np.nanmax(every[:, c]) < 255]
+
+    def frame(a):
+        df = pd.DataFrame(a)
+        for c in cats:
+            df[c] = np.nan_to_num(df[c], nan=-1).astype(np.int64)
+        return df
+
+    common = dict(
+        random_seed=plan.seed,
+        thread_count=forest.THREADS,
+        verbose=0,
+        one_hot_max_size=255,
+        allow_writing_files=False,
+    )
+    if plan.task == "regression":
+        model = catboost.CatBoostRegressor(**common)
+    else:
+        loss = "Logloss" if plan.task == "binary" else "MultiClass"
+        model = catboost.CatBoostClassifier(**common, loss_function=loss)
+    start = time.monotonic()
+    model.fit(frame(x), y, cat_features=cats, eval_set=(frame(vx), vy))
+    seconds = time.monotonic() - start
+
+    def scores(a):
+        raw = model.predict(frame(a), prediction_type="RawFormulaVal")
+        return np.asarray(raw, np.float64).reshape(len(a), -1)
+
+    return scores(vx), scores(tx), seconds
+
+
+def second_members(job_dir: str, cache: str | None) -> dict[str, tuple]:
+    """name -> (validation scores, test scores, seconds) of each second member of the
+    job in `job_dir`, kept in (and read back from) the file `cache`."""
+    if cache and os.path.exists(cache):
+        kept = np.load(cache)
+        names = sorted({k.rsplit("/", 1)[0] for k in kept.files})
+        return {n: (kept[f"{n}/v"], kept[f"{n}/t"], float(kept[f"{n}/s"])) for n in names}
+    plan = job_plan(job_dir)
+    data = matrices(plan)
+    task = "regression" if plan.task == "regression" else "classification"
+    found = {name: fit_lightgbm(plan, data, p(task, plan.seed)) for name, p in LIGHTGBM.items()}
+    if importlib.util.find_spec("catboost"):  # benchmarks only: pip install -e '.[bench]'
+        found[CATBOOST] = fit_catboost(plan, data)
+    if cache:
+        os.makedirs(os.path.dirname(cache) or ".", exist_ok=True)
+        np.savez(
+            cache,
+            **{
+                f"{n}/{k}": a
+                for n, (v, t, s) in found.items()
+                for k, a in (("v", v), ("t", t), ("s", s))
+            },
+        )
+    return found
+
+
+def two_stage(job: dict, head: heads.Head, validation: np.ndarray, test: np.ndarray) -> dict:
+    """The test metric of the job's trees and a second member (its `validation` and
+    `test` scores) blended by the job's rule, then blended with the network by it."""
+    first = {
+        **job,
+        "validation_neural": job["validation_trees"],
+        "test_neural": job["test_trees"],
+        "validation_trees": validation,
+        "test_trees": test,
+    }
+    w = _weight(first, head)
+    both = {
+        **job,
+        "validation_trees": forest.blended(head, job["validation_trees"], validation, w),
+        "test_trees": forest.blended(head, job["test_trees"], test, w),
+    }
+    return blend_rules.test_metric(both, head, _weight(both, head))
+
+
+def _weight(job: dict, head: heads.Head) -> float:
+    """The job's rule's weight of the first model ('neural') against the second."""
+    return forest.choose_weight(
+        head,
+        job["validation_neural"],
+        job["validation_trees"],
+        job["validation_labels"],
+        job["validation_weights"],
+        int(job["validation_seed"]),
+    ).weight
+
+
+def replay_job(job: dict, job_dir: str, cache: str | None) -> tuple[dict, dict]:
+    """({rule: the job's test metric under it}, {rule: training seconds}) of one job."""
+    head = blend_rules.head_of(job)
+    history = json.load(open(_model_file(job_dir, contracts.HISTORY_FILE)))
+    decided = json.load(open(_model_file(job_dir, contracts.PLAN_FILE)))["decided"]
+    blend = json.load(open(_model_file(job_dir, contracts.METRICS_FILE)))["blend"]
+    trained = history["training_seconds"]
+    metrics = {
+        "default": blend_rules.test_metric(job, head, float(job["weight"])),
+        "trees alone": blend_rules.test_metric(job, head, 0.0),
+    }
+    seconds = {"default": trained}
+    for f, m in RACES:
+        rule = f"race f={f:g} m={m:g}"
+        stop = race_stop(history, blend["validationLoss"]["trees"], decided["train_steps"], f, m)
+        metrics[rule] = metrics["default"] if stop is None else metrics["trees alone"]
+        seconds[rule] = trained - (
+            0.0 if stop is None else seconds_after(history, decided["batch_size"], stop)
+        )
+    for name, (v, t, s) in second_members(job_dir, cache).items():
+        metrics[f"+ {name}"] = two_stage(job, head, v, t)
+        seconds[f"+ {name}"] = trained + s
+    return metrics, seconds
+
+
+def replay(rows: list[dict]) -> tuple[dict, dict, list[str]]:
+    """{rule: {table: error ratio}}, {rule: {table: median training seconds}} and the
+    tables of `rows` with kept predictions and jobs."""
+    ratios: dict = collections.defaultdict(dict)
+    seconds: dict = collections.defaultdict(dict)
+    for row in rows:
+        table = row["dataset"]
+        runs, times = collections.defaultdict(list), collections.defaultdict(list)
+        for seed, job_dir in sorted(job_dirs(FLAGS.jobs, table).items()):
+            path = os.path.join(FLAGS.predictions, f"{table}-{seed}.npz")
+            if not os.path.exists(path):
+                continue
+            cache = os.path.join(FLAGS.cache, f"{table}-{seed}.npz") if FLAGS.cache else None
+            metrics, secs = replay_job(dict(np.load(path)), job_dir, cache)
+            for rule in metrics:
+                runs[rule].append(metrics[rule])
+                times[rule].append(secs.get(rule, np.nan))
+        for rule, found in runs.items():
+            medians = {k: float(np.median([run[k] for run in found])) for k in found[0]}
+            ratios[rule][table] = real_data.error_ratio({**row, **medians})
+            seconds[rule][table] = float(np.median(times[rule]))
+        if runs:
+            ratios["CatBoost"][table] = row["catboost error ratio"]
+            seconds["CatBoost"][table] = row["catboost seconds"]
+    return ratios, seconds, [r["dataset"] for r in rows if r["dataset"] in ratios["CatBoost"]]
+
+
+def main(argv):
+    del argv
+    for spec in FLAGS.set:
+        name, _, paths = spec.partition(":")
+        rows = [row for path in paths.split(",") for row in json.load(open(path))]
+        ratios, seconds, tables = replay(rows)
+        task_of = {r["dataset"]: r["task"] for r in rows}
+        size = {r["dataset"]: r["rows"] for r in rows}
+        names = list(ratios)
+        print(f"\n## {name}\n\n| table | task | " + " | ".join(names) + " |")
+        print("| --- | --- |" + " --- |" * len(names))
+        for table in tables:
+            cells = " | ".join(f"{ratios[r][table]:.3f}" for r in names)
+            print(f"| {table} | {task_of[table]} | {cells} |")
+        for task in ("all", "regression", "binary", "multiclass"):
+            chosen = [t for t in tables if task in ("all", task_of[t])]
+            if chosen:
+                cells = " | ".join(
+                    f"**{real_data.geomean(ratios[r][t] for t in chosen):.4f}**" for r in names
+                )
+                print(f"| geometric mean, {task} ({len(chosen)}) | | {cells} |")
+        above = " | ".join(str(sum(ratios[r][t] > 1.10 for t in tables)) for r in names)
+        print(f"| above 1.10 | | {above} |")
+        print(f"\n{name}: training seconds, medians (x CatBoost's fit), tables of 10,000+ rows\n")
+        print("| table | " + " | ".join(names) + " |")
+        print("| --- |" + " --- |" * len(names))
+        for table in [t for t in tables if size[t] >= 10_000]:
+            base = seconds["CatBoost"][table]
+            cells = " | ".join(
+                f"{seconds[r][table]:.1f} ({seconds[r][table] / base:.1f}x)" for r in names
+            )
+            print(f"| {table} | {cells} |")
+
+
+if __name__ == "__main__":
+    app.run(main)
