@@ -40,14 +40,7 @@ flags.DEFINE_list("prior_sds", ["0.1", "0.2", "0.3", "0.4", "0.5"], "Priors trie
 
 def rules(job: dict, head: heads.Head, prior_sds: list[float]) -> dict[str, float]:
     """Each rule's weight for one job's validation predictions."""
-    weighed = forest.choose_weight(
-        head,
-        job["validation_neural"],
-        job["validation_trees"],
-        job["validation_labels"],
-        job["validation_weights"],
-        int(job["validation_seed"]),
-    )
+    weighed = weighing(job, head)
     n = len(job["validation_labels"])
     found = {
         "the job's": float(job["weight"]),
@@ -59,6 +52,18 @@ def rules(job: dict, head: heads.Head, prior_sds: list[float]) -> dict[str, floa
     for sd in prior_sds:
         found[f"spread, prior sd {sd:g}"] = forest.pulled(weighed.choice, weighed.spread, sd)
     return found
+
+
+def weighing(job: dict, head: heads.Head) -> forest.Weighing:
+    """The job's own rule (forest.choose_weight) on its kept validation predictions."""
+    return forest.choose_weight(
+        head,
+        job["validation_neural"],
+        job["validation_trees"],
+        job["validation_labels"],
+        job["validation_weights"],
+        int(job["validation_seed"]),
+    )
 
 
 def test_metric(job: dict, head: heads.Head, weight: float) -> dict[str, float]:

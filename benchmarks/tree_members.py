@@ -129,22 +129,7 @@ def fit_lightgbm(plan: plan_lib.Plan, data: dict, params: dict) -> tuple:
     import lightgbm
 
     (x, y, w), (vx, vy, vw) = data["train"], data["validation"]
-    task = "regression" if plan.task == "regression" else "classification"
-    objective = {"regression": "regression", "binary": "binary"}.get(plan.task, "multiclass")
-    full = {
-        **forest.PARAMS[task],
-        "objective": objective,
-        "bagging_freq": 1,
-        "min_sum_hessian_in_leaf": 1e-7,
-        "max_bin": 255,
-        "seed": plan.seed,
-        "deterministic": True,
-        "force_row_wise": True,
-        "num_threads": forest.THREADS,
-        "verbose": -1,
-        **({"num_class": plan.head.units} if plan.task == "multiclass" else {}),
-        **params,
-    }
+    full = {**forest.lightgbm_params(plan), **params}
     cats = trees.categorical_columns(plan.schema)
     start = time.monotonic()
     train = lightgbm.Dataset(x, y, weight=w, categorical_feature=cats, free_raw_data=True)
@@ -251,14 +236,7 @@ def two_stage(job: dict, head: heads.Head, validation: np.ndarray, test: np.ndar
 
 def _weight(job: dict, head: heads.Head) -> float:
     """The job's rule's weight of the first model ('neural') against the second."""
-    return forest.choose_weight(
-        head,
-        job["validation_neural"],
-        job["validation_trees"],
-        job["validation_labels"],
-        job["validation_weights"],
-        int(job["validation_seed"]),
-    ).weight
+    return blend_rules.weighing(job, head).weight
 
 
 def replay_job(job: dict, job_dir: str, cache: str | None) -> tuple[dict, dict]:

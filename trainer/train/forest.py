@@ -161,21 +161,7 @@ def fit_or_load(plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: boo
     x, y, w = matrix(plan, plan.splits.train_files, plan.splits.train_part, TREE_RECORDS)
     vx, vy, vw = matrix(plan, plan.splits.validation_files, plan.splits.validation_part, None)
     y, vy = _target(plan.head, y), _target(plan.head, vy)
-    task = "regression" if plan.task == "regression" else "classification"
-    params = {
-        **PARAMS[task],
-        "objective": {"regression": "regression", "binary": "binary"}.get(plan.task, "multiclass"),
-        "bagging_freq": 1,
-        "min_sum_hessian_in_leaf": 1e-7,
-        "max_bin": 255,
-        "seed": plan.seed,
-        "deterministic": True,
-        "force_row_wise": True,
-        "num_threads": THREADS,
-        "verbose": -1,
-    }
-    if plan.task == "multiclass":
-        params["num_class"] = plan.head.units
+    params = lightgbm_params(plan)
     categorical = trees.categorical_columns(plan.schema)
     train = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
     valid = lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=train)
@@ -190,6 +176,25 @@ def fit_or_load(plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: boo
     if is_chief:
         storage.write_bytes(path, text.encode())
     return _fitted(lightgbm.Booster(model_str=text), text, len(y), start)
+
+
+def lightgbm_params(plan: plan_lib.Plan) -> dict:
+    """LightGBM's parameters for the job's trees: LGBM-TD's for the task, deterministic
+    (row-wise histograms, THREADS threads, the job's seed)."""
+    task = "regression" if plan.task == "regression" else "classification"
+    return {
+        **PARAMS[task],
+        "objective": {"regression": "regression", "binary": "binary"}.get(plan.task, "multiclass"),
+        "bagging_freq": 1,
+        "min_sum_hessian_in_leaf": 1e-7,
+        "max_bin": 255,
+        "seed": plan.seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "num_threads": THREADS,
+        "verbose": -1,
+        **({"num_class": plan.head.units} if plan.task == "multiclass" else {}),
+    }
 
 
 def _fitted(booster, text: str, records: int, start: float) -> Fitted:
