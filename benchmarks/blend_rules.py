@@ -116,21 +116,27 @@ def main(argv):
         name, _, paths = spec.partition(":")
         rows = [row for path in paths.split(",") for row in json.load(open(path))]
         ratios, tables = replay(rows, FLAGS.predictions, [float(sd) for sd in FLAGS.prior_sds])
-        names = list(ratios)
-        print(f"\n## {name}\n\n| table | task | " + " | ".join(names) + " |")
-        print("| --- | --- |" + " --- |" * len(names))
-        task_of = {r["dataset"]: r["task"] for r in rows}
-        for table in tables:
-            cells = " | ".join(f"{ratios[r][table]:.3f}" for r in names)
-            print(f"| {table} | {task_of[table]} | {cells} |")
-        for task in ("all", "regression", "binary", "multiclass"):
-            chosen = [t for t in tables if task in ("all", task_of[t])]
+        print_ratios(name, ratios, tables, {r["dataset"]: r["task"] for r in rows})
+
+
+def print_ratios(name: str, ratios: dict, tables: list[str], task_of: dict[str, str]) -> None:
+    """A set's error ratios as a markdown table: a row per table and rule's column, then
+    the geometric means per task and the count of tables above 1.10."""
+    names = list(ratios)
+    print(f"\n## {name}\n\n| table | task | " + " | ".join(names) + " |")
+    print("| --- | --- |" + " --- |" * len(names))
+    for table in tables:
+        cells = " | ".join(f"{ratios[r][table]:.3f}" for r in names)
+        print(f"| {table} | {task_of[table]} | {cells} |")
+    for task in ("all", "regression", "binary", "multiclass"):
+        chosen = [t for t in tables if task in ("all", task_of[t])]
+        if chosen:
             cells = " | ".join(
-                f"**{real_data.geomean(ratios[r][t] for t in chosen):.3f}**" for r in names
+                f"**{real_data.geomean(ratios[r][t] for t in chosen):.4f}**" for r in names
             )
             print(f"| geometric mean, {task} ({len(chosen)}) | | {cells} |")
-        above = " | ".join(str(sum(ratios[r][t] > 1.10 for t in tables)) for r in names)
-        print(f"| above 1.10 | | {above} |")
+    above = " | ".join(str(sum(ratios[r][t] > 1.10 for t in tables)) for r in names)
+    print(f"| above 1.10 | | {above} |")
 
 
 if __name__ == "__main__":

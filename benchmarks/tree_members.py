@@ -280,11 +280,13 @@ def replay(rows: list[dict]) -> tuple[dict, dict, list[str]]:
             metrics, secs = replay_job(dict(np.load(path)), job_dir, cache)
             for rule in metrics:
                 runs[rule].append(metrics[rule])
-                times[rule].append(secs.get(rule, np.nan))
+            for rule in secs:
+                times[rule].append(secs[rule])
         for rule, found in runs.items():
             medians = {k: float(np.median([run[k] for run in found])) for k in found[0]}
             ratios[rule][table] = real_data.error_ratio({**row, **medians})
-            seconds[rule][table] = float(np.median(times[rule]))
+        for rule, found_seconds in times.items():
+            seconds[rule][table] = float(np.median(found_seconds))
         if runs:
             ratios["CatBoost"][table] = row["catboost error ratio"]
             seconds["CatBoost"][table] = row["catboost seconds"]
@@ -299,21 +301,8 @@ def main(argv):
         ratios, seconds, tables = replay(rows)
         task_of = {r["dataset"]: r["task"] for r in rows}
         size = {r["dataset"]: r["rows"] for r in rows}
-        names = list(ratios)
-        print(f"\n## {name}\n\n| table | task | " + " | ".join(names) + " |")
-        print("| --- | --- |" + " --- |" * len(names))
-        for table in tables:
-            cells = " | ".join(f"{ratios[r][table]:.3f}" for r in names)
-            print(f"| {table} | {task_of[table]} | {cells} |")
-        for task in ("all", "regression", "binary", "multiclass"):
-            chosen = [t for t in tables if task in ("all", task_of[t])]
-            if chosen:
-                cells = " | ".join(
-                    f"**{real_data.geomean(ratios[r][t] for t in chosen):.4f}**" for r in names
-                )
-                print(f"| geometric mean, {task} ({len(chosen)}) | | {cells} |")
-        above = " | ".join(str(sum(ratios[r][t] > 1.10 for t in tables)) for r in names)
-        print(f"| above 1.10 | | {above} |")
+        blend_rules.print_ratios(name, ratios, tables, task_of)
+        names = list(seconds)  # "trees alone" has no job of its own to time
         print(f"\n{name}: training seconds, medians (x CatBoost's fit), tables of 10,000+ rows\n")
         print("| table | " + " | ".join(names) + " |")
         print("| --- |" + " --- |" * len(names))
