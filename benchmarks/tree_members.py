@@ -1,13 +1,16 @@
 """Two changes to the trees' side of the default model, replayed on real default jobs
-(issue 28, 2026-12-06; neither built, docs/results/2026-12-06-races-and-second-trees.md):
+(issue 28, 2026-12-06, docs/results/2026-12-06-races-and-second-trees.md; the race not
+built, the CatBoost-like member the default's `shallow_trees` since 2026-12-07):
 
 - **A race**: the trees fitted first, the networks stopped at the first evaluation from
   a share `f` of the planned steps on where their best validation loss is worse than
   the trees' by more than `m`; the job is then the trees alone (weight 0, exact here).
-- **A second trees member**: another boosted-trees model fitted on the job's own
+- **A second trees member**: another boosted-trees model in place of the job's own
+  second one (or beside its one, in jobs from before 2026-12-07), fitted on the job's
   matrices (trainer.train.forest.matrix: the same records, the same validation records
   for its early stopping), blended in two stages by the job's own rule
-  (forest.choose_weight): the two trees first, then the network with their blend.
+  (forest.choose_weight): the job's first trees and the candidate, then the network with
+  their blend.
 
     python -m benchmarks.real_data --tables=sixteen --variant= \\
         --blend_predictions=.local/blend --output=.local/sixteen.json   # held_out, fresh
@@ -50,19 +53,11 @@ RACES = [(f, m) for f in (0.1, 0.25, 0.5) for m in (0.0, 0.02, 0.05, 0.1)]
 # (one-hot splits up to 255 values, wider categoricals as their slot: what an export of
 # plain comparisons could hold), if installed.
 LIGHTGBM = {
-    "lightgbm, CatBoost-like": lambda task, seed: {
-        "max_depth": 6,
-        "num_leaves": 64,
-        "learning_rate": 0.03,
-        "lambda_l2": 3.0,
-        "min_data_in_leaf": 1,
-        "bagging_fraction": 0.8,
-        "extra_trees": True,
-        "seed": seed,
-    },
+    "lightgbm, CatBoost-like": lambda task, seed: {**forest.SHALLOW, "seed": seed},
     "lightgbm, another seed": lambda task, seed: {**forest.PARAMS[task], "seed": seed + 1000},
 }
 CATBOOST = "catboost"
+PARTS = ("validation", "test")
 
 
 def job_dirs(jobs: str, table: str) -> dict[int, str]:
@@ -216,20 +211,21 @@ def second_members(job_dir: str, cache: str | None) -> dict[str, tuple]:
 
 
 def two_stage(job: dict, head: heads.Head, validation: np.ndarray, test: np.ndarray) -> dict:
-    """The test metric of the job's trees and a second member (its `validation` and
-    `test` scores) blended by the job's rule, then blended with the network by it."""
+    """The test metric of the job's first trees member and a second member (its
+    `validation` and `test` scores) blended by the job's rule, then blended with the
+    network by it. (Jobs from before 2026-12-07 kept one trees member, as `*_trees`.)"""
+    own = {part: job.get(f"{part}_member_trees", job[f"{part}_trees"]) for part in PARTS}
     first = {
         **job,
-        "validation_neural": job["validation_trees"],
-        "test_neural": job["test_trees"],
+        **{f"{part}_neural": own[part] for part in PARTS},
         "validation_trees": validation,
         "test_trees": test,
     }
     w = _weight(first, head)
     both = {
         **job,
-        "validation_trees": forest.blended(head, job["validation_trees"], validation, w),
-        "test_trees": forest.blended(head, job["test_trees"], test, w),
+        "validation_trees": forest.blended(head, own["validation"], validation, w),
+        "test_trees": forest.blended(head, own["test"], test, w),
     }
     return blend_rules.test_metric(both, head, _weight(both, head))
 
@@ -246,6 +242,8 @@ def replay_job(job: dict, job_dir: str, cache: str | None) -> tuple[dict, dict]:
     decided = json.load(open(_model_file(job_dir, contracts.PLAN_FILE)))["decided"]
     blend = json.load(open(_model_file(job_dir, contracts.METRICS_FILE)))["blend"]
     trained = history["training_seconds"]
+    losses = blend["validationLoss"]  # the trees members' blend (one member before 2026-12-07)
+    trees_loss = losses.get("treesBlend", losses["trees"])
     metrics = {
         "default": blend_rules.test_metric(job, head, float(job["weight"])),
         "trees alone": blend_rules.test_metric(job, head, 0.0),
@@ -253,7 +251,7 @@ def replay_job(job: dict, job_dir: str, cache: str | None) -> tuple[dict, dict]:
     seconds = {"default": trained}
     for f, m in RACES:
         rule = f"race f={f:g} m={m:g}"
-        stop = race_stop(history, blend["validationLoss"]["trees"], decided["train_steps"], f, m)
+        stop = race_stop(history, trees_loss, decided["train_steps"], f, m)
         metrics[rule] = metrics["default"] if stop is None else metrics["trees alone"]
         seconds[rule] = trained - (
             0.0 if stop is None else seconds_after(history, decided["batch_size"], stop)

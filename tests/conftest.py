@@ -169,11 +169,16 @@ def run_cluster(args: list[str], envs: list[dict[str, str]], timeout: float = 24
     Fails fast: when any process exits non-zero, or the timeout passes, every process
     of the cluster is killed (their whole process groups) and the test fails with the logs.
     """
+    # The cluster's processes share this machine's cores, as Vertex's replicas do not:
+    # OpenMP's spin-waiting in one process's LightGBM fit would starve the others (two
+    # processes' 2-thread fits of a 512-record table take 7.4 s instead of 0.06 s). A
+    # thread that waits sleeps instead (0.08 s), which on a machine of its own would slow
+    # real fits 9-14x (2026-12-07, docs/limitations.md).
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "trainer.task", *args],
             cwd=REPO,
-            env=subprocess_env(**env),
+            env=subprocess_env(**{"OMP_WAIT_POLICY": "PASSIVE", **env}),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

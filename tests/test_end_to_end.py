@@ -42,7 +42,8 @@ def test_local_run_with_gcs_paths_trains_and_exports(fake_gcs, job_uri, store):
         store.path(model_dir), read_records(store, data_globs("multiclass")[1], 4)
     )
     assert set(served["predictions"]) <= {"low", "mid", "high"}
-    assert "trees.txt" in store.listdir(model_dir)  # the default blends trees in
+    # The default blends two trees members in.
+    assert {"trees.txt", "shallow_trees.txt"} <= set(store.listdir(model_dir))
     assert set(store.listdir(job_uri)) == {"model", "checkpoints", "logs"}
     assert store.glob(f"{job_uri}/logs/events.out.tfevents.*")
 

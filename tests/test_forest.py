@@ -3,6 +3,7 @@ weighed against the neural model on validation data, exported inside the SavedMo
 Tolerances are maximum absolute differences."""
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -82,6 +83,20 @@ def test_the_blend_is_the_weighted_mean_of_probabilities_or_numbers(task):
         np.testing.assert_allclose(p, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
+def test_the_mixture_of_three_is_the_two_stage_blend(task):
+    """The export's one mixture, weighted w, (1 - w) w1, (1 - w)(1 - w1), is the trees'
+    blend (w1) blended with the neural model (w), to float32's rounding."""
+    rng = np.random.default_rng(3)
+    units = 3 if task == "multiclass" else 1
+    head = heads.Head(task, {"binary": (0, 1), "multiclass": ("a", "b", "c")}.get(task, ()))
+    neural, first, second = (rng.normal(0, 2, size=(50, units)) for _ in range(3))
+    w, w1 = 0.35, 0.8
+    two_stage = forest.blended(head, neural, forest.blended(head, first, second, w1), w)
+    one = forest.mixture(head, neural, [first, second], [w, (1 - w) * w1, (1 - w) * (1 - w1)])
+    np.testing.assert_allclose(one, two_stage, rtol=0, atol=1e-5)
+
+
 def _softmax(z):
     e = np.exp(z - z.max(1, keepdims=True))
     return e / e.sum(1, keepdims=True)
@@ -112,19 +127,28 @@ def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, capl
     assert "boosted trees" in caplog.text
     metrics = store.read_json(f"{job_uri}/model/metrics.json")
     blend = metrics["blend"]
-    assert 0 <= blend["neuralWeight"] <= 1 and blend["treeRounds"] >= 1
-    assert blend["treeRecords"] == 512
-    # The blend's validation loss, computed in numpy when its weight and temperature were
+    assert 0 <= blend["neuralWeight"] <= 1 and 0 <= blend["treesWeight"] <= 1
+    assert set(blend["treeRounds"]) == set(forest.MEMBERS) == {"trees", "shallow_trees"}
+    assert min(blend["treeRounds"].values()) >= 1 and blend["treeRecords"] == 512
+    # The one mixture of three: w, then (1 - w) shared w1 : 1 - w1 by the trees members.
+    w, w1 = blend["neuralWeight"], blend["treesWeight"]
+    expected = {"neural": w, "trees": (1 - w) * w1, "shallow_trees": (1 - w) * (1 - w1)}
+    assert blend["memberWeights"] == pytest.approx(expected, abs=1e-6)
+    # The blend's validation loss, computed in numpy when its weights and temperature were
     # chosen, is the loss the distributed evaluation of the exported model measures.
     # (Regression's loss is the squared error of the standardised label: in 2026-12 the
     # weight was chosen against labels standardised twice, and this held for classes only.)
     losses = blend["validationLoss"]
     assert metrics["validation"]["loss"] == pytest.approx(losses["calibrated"], rel=1e-5)
-    # A mixture's proper loss is at most the worse of its two models' (convexity), and
-    # the temperature only ever lowers it.
-    assert losses["calibrated"] <= losses["blend"] <= max(losses["neural"], losses["trees"])
-    assert store.exists(f"{job_uri}/model/trees.txt")
-    assert store.exists(f"{job_uri}/checkpoints/trees.txt")
+    # A mixture's proper loss is at most the worse of its two parts' (convexity; 1e-6 for
+    # float32's rounding, where the mixture is one part), and the temperature only ever
+    # lowers it.
+    assert losses["treesBlend"] <= max(losses["trees"], losses["shallow_trees"]) * (1 + 1e-6)
+    assert losses["blend"] <= max(losses["neural"], losses["treesBlend"]) * (1 + 1e-6)
+    assert losses["calibrated"] <= losses["blend"]
+    for name in ("trees.txt", "shallow_trees.txt"):
+        assert store.exists(f"{job_uri}/model/{name}")
+        assert store.exists(f"{job_uri}/checkpoints/{name}")
     # The served model is the blend: its probabilities (numbers) are the job's model's.
     output = "predictions" if task == "regression" else "probabilities"
     records = read_records(store, data_globs(task)[1], 32)
@@ -141,7 +165,7 @@ def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, capl
     # LightGBM.
     assert not _unservable(store.path(f"{job_uri}/model"))
     forests = [layer for layer in result.model.layers if isinstance(layer, trees.Forest)]
-    assert len(forests) == 1 and forests[0].native
+    assert [f.name for f in forests] == list(forest.MEMBERS) and all(f.native for f in forests)
 
 
 def _unservable(export_dir: str) -> list[str]:
@@ -172,7 +196,18 @@ def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):
     store.remove_tree(f"{job_uri}/model")
     with caplog.at_level(logging.INFO):
         run_job(config)
-    assert "as fitted before this restart" in caplog.text
+    assert caplog.text.count("as fitted before this restart") == 2  # both members
     again = store.read_json(f"{job_uri}/model/metrics.json")
-    assert again["blend"]["neuralWeight"] == first["blend"]["neuralWeight"]
+    for key in ("neuralWeight", "treesWeight", "treeRounds"):
+        assert again["blend"][key] == first["blend"][key]
+    assert again["validation"]["logLoss"] == pytest.approx(first["validation"]["logLoss"], abs=1e-6)
+    # Killed between the two members' writes: the missing one is fitted again, the same.
+    kept = store.read_bytes(f"{job_uri}/checkpoints/shallow_trees.txt")
+    os.remove(store.path(f"{job_uri}/checkpoints/shallow_trees.txt"))
+    store.remove_tree(f"{job_uri}/model")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        run_job(config)
+    assert caplog.text.count("as fitted before this restart") == 1
+    assert store.read_bytes(f"{job_uri}/checkpoints/shallow_trees.txt") == kept
     assert again["validation"]["logLoss"] == pytest.approx(first["validation"]["logLoss"], abs=1e-6)

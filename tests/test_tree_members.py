@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import blend_rules, tree_members
+from trainer.train import forest
 
 from conftest import BUCKET, data_globs, run_python, task_args
 
@@ -46,22 +47,31 @@ def test_lightgbm_refitted_from_the_job_s_directory_gives_the_job_s_own_trees(ke
     data = tree_members.matrices(plan)
     np.testing.assert_array_equal(data["validation"][1], job["validation_labels"])
     np.testing.assert_array_equal(data["test"][1], job["test_labels"])
-    # No parameter over the member's own: the very trees the job blended.
+    # No parameter over the first member's own: the very trees the job blended; the
+    # CatBoost-like candidate's: the job's second member.
     validation, test, seconds = tree_members.fit_lightgbm(plan, data, {})
-    np.testing.assert_allclose(validation, job["validation_trees"], rtol=0, atol=1e-9)
-    np.testing.assert_allclose(test, job["test_trees"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(validation, job["validation_member_trees"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(test, job["test_member_trees"], rtol=0, atol=1e-9)
     assert seconds > 0
+    shallow = tree_members.LIGHTGBM["lightgbm, CatBoost-like"]("classification", plan.seed)
+    validation, test, _ = tree_members.fit_lightgbm(plan, data, shallow)
+    np.testing.assert_allclose(validation, job["validation_member_shallow_trees"], atol=1e-9)
+    np.testing.assert_allclose(test, job["test_member_shallow_trees"], rtol=0, atol=1e-9)
     # Another member's parameters give other trees.
     other, _, _ = tree_members.fit_lightgbm(plan, data, {"num_leaves": 4, "learning_rate": 0.3})
-    assert np.max(np.abs(other - job["validation_trees"])) > 1e-3
+    assert np.max(np.abs(other - job["validation_member_trees"])) > 1e-3
 
 
-def test_a_second_member_equal_to_the_first_leaves_the_job_s_figure(kept_job):
+def test_the_job_s_own_second_member_replays_the_job_s_figure(kept_job):
     job, _ = kept_job
     head = blend_rules.head_of(job)
     own = blend_rules.test_metric(job, head, float(job["weight"]))["auRoc"]
-    again = tree_members.two_stage(job, head, job["validation_trees"], job["test_trees"])
-    assert again["auRoc"] == pytest.approx(own, abs=1e-6)
+    second = job["validation_member_shallow_trees"], job["test_member_shallow_trees"]
+    assert tree_members.two_stage(job, head, *second)["auRoc"] == pytest.approx(own, abs=1e-6)
+    # The kept trees' blend is the members' blend by the job's own trees weight.
+    members = [job[f"test_member_{n}"] for n in ("trees", "shallow_trees")]
+    blend = forest.blended(head, *members, float(job["trees_weight"]))
+    np.testing.assert_allclose(job["test_trees"], blend, rtol=0, atol=1e-6)
     # A member that predicts the labels outright takes the blend over.
     truth = 8.0 * (2.0 * job["test_labels"][:, None] - 1.0)
     seen = 8.0 * (2.0 * job["validation_labels"][:, None] - 1.0)

@@ -19,9 +19,11 @@ HISTORY_FILE = "history.json"  # loss and validation curves (also in checkpoint_
 IMPORTANCE_FILE = "feature_importance.json"
 PROFILE_FILE = "profile.json"
 REPORT_FILE = "report.html"
-# The boosted-trees member in LightGBM's text format (also in checkpoint_dir, where a
-# restarted job finds it); the SavedModel holds the same trees as TensorFlow ops.
+# The boosted-trees members in LightGBM's text format (also in checkpoint_dir, where a
+# restarted job finds them), the meta-tuned trees and the shallow ones
+# (trainer.train.forest.MEMBERS); the SavedModel holds the same trees as TensorFlow ops.
 TREES_FILE = "trees.txt"
+SHALLOW_TREES_FILE = "shallow_trees.txt"
 # trainer.prepare's output folder: its record counts and column kinds.
 PREPARE_FILE = "prepare.json"
 # ...and its splits, each in files named SPLIT-00000-of-00004.tfrecord (trainer.prep.shards):

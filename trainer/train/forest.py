@@ -1,22 +1,28 @@
-"""The boosted-trees member: LightGBM fitted on the training records, then blended with
-the neural model by a weight chosen on the validation data.
+"""The boosted-trees members: two LightGBM models fitted on the training records, then
+blended with the neural model by weights chosen on the validation data.
 
 Neural nets and boosted trees err differently, and their blend is better than either on
-most tables (RealMLP's Ensemble-TD, AutoGluon). The trees are fitted once the neural
-model is selected, on up to TREE_RECORDS training records (the first, in file order,
-of the records the job trains on), stopping early on the validation records, with
-LightGBM's meta-tuned defaults (LGBM-TD, Holzmueller et al. 2024, pytabkit). The fit is
-deterministic (LightGBM's `deterministic`, row-wise histograms, a fixed thread count and
-the job's seed): every worker of a cluster fits the very same trees, and the chief keeps
-them beside the checkpoints (TREES_FILE), so a restarted job reuses them.
+most tables (RealMLP's Ensemble-TD, AutoGluon); two kinds of trees err differently
+again. Both are fitted once the neural model is selected, on the same up to
+TREE_RECORDS training records (the first, in file order, of the records the job trains
+on), each stopping early on the validation records (MEMBERS):
+- `trees`: LightGBM's meta-tuned defaults (LGBM-TD, Holzmueller et al. 2024, pytabkit):
+  leaf-wise trees of up to 50-100 leaves;
+- `shallow_trees`: CatBoost-like ones: at most 6 levels, a small rate, L2 3 and
+  randomised split thresholds (`extra_trees`).
+The fits are deterministic (LightGBM's `deterministic`, row-wise histograms, a fixed
+thread count and the job's seed): every worker of a cluster fits the very same trees,
+and the chief keeps them beside the checkpoints (contracts.TREES_FILE,
+SHALLOW_TREES_FILE), so a restarted job reuses them.
 
-The blend: the mean of probabilities (of numbers, for regression) weighted w for the
-neural members together and 1 - w for the trees: the w with the lowest proper loss on
-the validation data (log loss, or squared error), pulled towards 1/2 as far as
-resamples of those records disagree on it (`choose_weight`).
-Then, for classes, the blend's logits are divided by the temperature that gives the
-lowest validation log loss (temperature scaling: it changes probabilities, not the
-predicted class nor the AUC).
+The blend, in two stages, each by the same rule (`choose_weight`): the two trees
+members' mean of probabilities (of numbers, for regression) weighted w1 : 1 - w1, then
+that and the neural members together weighted 1 - w : w, each w the one with the lowest
+proper loss on the validation data (log loss, or squared error), pulled towards 1/2 as
+far as resamples of those records disagree on it. The exported model is the one mixture
+of the three, weighted w, (1 - w) w1, (1 - w)(1 - w1). Then, for classes, its logits are
+divided by the temperature that gives the lowest validation log loss (temperature
+scaling: it changes probabilities, not the predicted class nor the AUC).
 """
 
 from __future__ import annotations
@@ -54,6 +60,28 @@ PARAMS = {
         "bagging_fraction": 0.7,
     },
 }
+# The second member, CatBoost's defaults as far as LightGBM has them (depth 6, rate 0.03,
+# L2 3, random strength as randomised thresholds), fixed before it was measured: on the
+# 40 benchmark tables' default jobs it lowered both sets' error ratios (0.923 / 0.899
+# against 0.927 / 0.908), another seed of the first member 0.926 / 0.907
+# (docs/decisions.md, "Two trees members").
+SHALLOW = {
+    "max_depth": 6,
+    "num_leaves": 64,
+    "learning_rate": 0.03,
+    "lambda_l2": 3.0,
+    "min_data_in_leaf": 1,
+    "bagging_fraction": 0.8,
+    "extra_trees": True,
+}
+# The trees members, in blend order: each one's parameters by task, and its file.
+MEMBERS = {
+    "trees": (PARAMS, contracts.TREES_FILE),
+    "shallow_trees": (
+        {"classification": SHALLOW, "regression": SHALLOW},
+        contracts.SHALLOW_TREES_FILE,
+    ),
+}
 ROUNDS = 1000
 PATIENCE = 300
 # Fixed, whatever the machine: LightGBM's sums, and so its trees, depend on the threads.
@@ -72,39 +100,58 @@ BATCH = 4096
 
 @dataclasses.dataclass(frozen=True)
 class Blended:
-    """The job's final model, what metrics.json says of it, and its trees as text."""
+    """The job's final model, what metrics.json says of it, and its trees members as
+    text (file name -> LightGBM's model)."""
 
     model: keras.Model
     info: dict
-    trees: str
+    trees: dict[str, str]
 
 
 def blend(
     plan: plan_lib.Plan, neural: keras.Model, strategy: tf.distribute.Strategy, is_chief: bool
 ) -> Blended:
-    """Fits the trees (or loads them), weighs them against the selected `neural` model on
-    the validation data, and returns the blend of the two."""
+    """Fits the trees members (or loads them), weighs them against each other and then
+    against the selected `neural` model on the validation data, and returns the blend."""
     splits = plan.splits
+    start = time.monotonic()
     fitted = fit_or_load(plan, plan.storage, is_chief)
+    seconds = time.monotonic() - start
     x, labels, weights = matrix(plan, splits.validation_files, splits.validation_part, None)
     logits = neural_logits(plan, neural, splits.validation_files, splits.validation_part)
-    scores = trees.Forest(fitted.arrays, fitted.booster)(x).numpy()
-    weighed = choose_weight(plan.head, logits, scores, labels, weights, plan.seed)
+    first, second = (trees.Forest(f.arrays, f.booster)(x).numpy() for f in fitted.values())
+    inner = choose_weight(plan.head, first, second, labels, weights, plan.seed)
+    forest = blended(plan.head, first, second, inner.weight)
+    weighed = choose_weight(plan.head, logits, forest, labels, weights, plan.seed)
     weight, losses = weighed.weight, weighed.losses
-    temperature, calibrated = choose_temperature(
-        plan.head, blended(plan.head, logits, scores, weight), labels, weights
-    )
+    members = {
+        "neural": weight,
+        **dict(zip(fitted, ((1 - weight) * inner.weight, (1 - weight) * (1 - inner.weight)))),
+    }
+    final = mixture(plan.head, logits, [first, second], list(members.values()))
+    temperature, calibrated = choose_temperature(plan.head, final, labels, weights)
     with strategy.scope():
         model = blend_lib.blended_model(
-            neural, plan.schema, plan.head, fitted.arrays, weight, temperature, fitted.booster
+            neural,
+            plan.schema,
+            plan.head,
+            {name: (f.arrays, f.booster) for name, f in fitted.items()},
+            list(members.values()),
+            temperature,
         )
+    records = max(f.records for f in fitted.values())
     logging.info(
-        "blend: %d rounds of boosted trees (%s records, %.1fs); weighed %.2f neural : %.2f "
-        "trees on %d validation records (their own choice %.2f, spread %.2f over resamples; "
-        "loss %.5g; neural alone %.5g, trees alone %.5g)%s",
-        fitted.rounds,
-        f"{fitted.records:,}" if fitted.records else "kept",
-        fitted.seconds,
+        "blend: boosted trees %s (%s records, %.1fs); trees weighed %.2f : %.2f (their own "
+        "choice %.2f, spread %.2f); weighed %.2f neural : %.2f trees on %d validation "
+        "records (their own choice %.2f, spread %.2f over resamples; loss %.5g; neural "
+        "alone %.5g, trees alone %.5g)%s",
+        ", ".join(f"{name} {f.rounds} rounds" for name, f in fitted.items()),
+        f"{records:,}" if records else "kept",
+        seconds,
+        inner.weight,
+        1 - inner.weight,
+        inner.choice,
+        inner.spread,
         weight,
         1 - weight,
         len(labels),
@@ -115,75 +162,93 @@ def blend(
         losses[0.0],
         f"; temperature {temperature:.3g} (loss {calibrated:.5g})" if temperature != 1 else "",
     )
+    member_losses = dict(zip(fitted, (inner.losses[1.0], inner.losses[0.0])))
     info = {
         "neuralWeight": weight,
         "validationChoice": weighed.choice,
         "choiceSpread": round(weighed.spread, 4),
+        "treesWeight": inner.weight,
+        "treesChoice": inner.choice,
+        "treesSpread": round(inner.spread, 4),
+        "memberWeights": {name: round(w, 6) for name, w in members.items()},
         "temperature": temperature,
-        "treeRounds": fitted.rounds,
-        "treeRecords": fitted.records,
-        "treeSeconds": round(fitted.seconds, 3),
+        "treeRounds": {name: f.rounds for name, f in fitted.items()},
+        "treeRecords": records,
+        "treeSeconds": round(seconds, 3),
         "validationLoss": {
             "neural": losses[1.0],
-            "trees": losses[0.0],
-            "blend": losses[weight],
+            **member_losses,
+            "treesBlend": losses[0.0],
+            "blend": _mean_loss(plan.head, final, labels, weights),
             "calibrated": calibrated,
         },
     }
-    return Blended(model, info, fitted.model)
+    return Blended(model, info, {MEMBERS[name][1]: f.model for name, f in fitted.items()})
 
 
 @dataclasses.dataclass(frozen=True)
 class Fitted:
-    """The trees, as text (LightGBM's model format), as LightGBM's Booster (the job's
-    evaluations) and as arrays for TensorFlow (the export)."""
+    """A trees member, as text (LightGBM's model format), as LightGBM's Booster (the
+    job's evaluations) and as arrays for TensorFlow (the export)."""
 
     model: str
     booster: object  # lightgbm.Booster
     arrays: trees.Arrays
     rounds: int
     records: int
-    seconds: float
 
 
-def fit_or_load(plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: bool) -> Fitted:
-    """The job's trees: those kept beside its checkpoints, else fitted now (and kept, by
-    the chief)."""
+def fit_or_load(
+    plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: bool
+) -> dict[str, Fitted]:
+    """The job's trees members by name (MEMBERS' order): those kept beside its
+    checkpoints, else fitted now (and kept, by the chief)."""
+    found: dict[str, Fitted] = {}
+    data = None
+    for name, (_, file) in MEMBERS.items():
+        path = storage_lib.join(plan.checkpoint_dir, file)
+        if storage.exists(path):
+            found[name] = _fitted(storage.read_bytes(path).decode(), 0)
+            logging.info("%s: %d rounds, as fitted before this restart", name, found[name].rounds)
+            continue
+        if data is None:  # one read of the records for both members
+            s = plan.splits
+            data = (
+                matrix(plan, s.train_files, s.train_part, TREE_RECORDS),
+                matrix(plan, s.validation_files, s.validation_part, None),
+            )
+        (x, y, w), (vx, vy, vw) = data
+        text = fit(plan, name, x, _target(plan.head, y), w, vx, _target(plan.head, vy), vw)
+        if is_chief:
+            storage.write_bytes(path, text.encode())
+        found[name] = _fitted(text, len(y))
+    return found
+
+
+def fit(plan: plan_lib.Plan, member: str, x, y, w, vx, vy, vw) -> str:
+    """The trees `member` fitted on (x, y, w), stopped early on (vx, vy, vw): its best
+    rounds, in LightGBM's text format."""
     import lightgbm
 
-    path = storage_lib.join(plan.checkpoint_dir, contracts.TREES_FILE)
-    start = time.monotonic()
-    if storage.exists(path):
-        text = storage.read_bytes(path).decode()
-        booster = lightgbm.Booster(model_str=text)
-        logging.info("boosted trees: %d rounds, as fitted before this restart", booster.num_trees())
-        return _fitted(booster, text, 0, start)
-    x, y, w = matrix(plan, plan.splits.train_files, plan.splits.train_part, TREE_RECORDS)
-    vx, vy, vw = matrix(plan, plan.splits.validation_files, plan.splits.validation_part, None)
-    y, vy = _target(plan.head, y), _target(plan.head, vy)
-    params = lightgbm_params(plan)
     categorical = trees.categorical_columns(plan.schema)
     train = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
     valid = lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=train)
     booster = lightgbm.train(
-        params,
+        lightgbm_params(plan, member),
         train,
         num_boost_round=ROUNDS,
         valid_sets=[valid],
         callbacks=[lightgbm.early_stopping(PATIENCE, verbose=False)],
     )
-    text = booster.model_to_string(num_iteration=booster.best_iteration)
-    if is_chief:
-        storage.write_bytes(path, text.encode())
-    return _fitted(lightgbm.Booster(model_str=text), text, len(y), start)
+    return booster.model_to_string(num_iteration=booster.best_iteration)
 
 
-def lightgbm_params(plan: plan_lib.Plan) -> dict:
-    """LightGBM's parameters for the job's trees: LGBM-TD's for the task, deterministic
-    (row-wise histograms, THREADS threads, the job's seed)."""
+def lightgbm_params(plan: plan_lib.Plan, member: str = "trees") -> dict:
+    """LightGBM's parameters for the job's trees `member` (MEMBERS) and task,
+    deterministic (row-wise histograms, THREADS threads, the job's seed)."""
     task = "regression" if plan.task == "regression" else "classification"
     return {
-        **PARAMS[task],
+        **MEMBERS[member][0][task],
         "objective": {"regression": "regression", "binary": "binary"}.get(plan.task, "multiclass"),
         "bagging_freq": 1,
         "min_sum_hessian_in_leaf": 1e-7,
@@ -197,10 +262,12 @@ def lightgbm_params(plan: plan_lib.Plan) -> dict:
     }
 
 
-def _fitted(booster, text: str, records: int, start: float) -> Fitted:
+def _fitted(text: str, records: int) -> Fitted:
+    import lightgbm
+
+    booster = lightgbm.Booster(model_str=text)
     arrays = trees.from_lightgbm(booster.dump_model())
-    rounds = booster.num_trees() // arrays.outputs
-    return Fitted(text, booster, arrays, rounds, records, time.monotonic() - start)
+    return Fitted(text, booster, arrays, booster.num_trees() // arrays.outputs, records)
 
 
 def matrix(
@@ -333,10 +400,8 @@ def choose_temperature(
     the lowest log loss on these records, from 1/2 to 4, and that loss. 1 unless another
     is better by more than float32's rounding."""
 
-    weights = np.asarray(weights, np.float64)
-
     def loss(t: float) -> float:
-        return float(weights @ _per_example_loss(head, logits / t, labels) / weights.sum())
+        return _mean_loss(head, logits / t, labels, weights)
 
     plain = loss(1.0)
     if head.task == "regression":
@@ -352,6 +417,22 @@ def _labels(head: heads.Head, labels: np.ndarray) -> tf.Tensor:
 
 
 def blended(head: heads.Head, neural: np.ndarray, forest: np.ndarray, w: float) -> np.ndarray:
-    """The blend's logits (numpy), as the exported model computes them."""
-    layer = blend_lib.Blend(head, w)
-    return layer(tf.constant(neural, tf.float32), tf.constant(forest, tf.float32)).numpy()
+    """The logits (numpy) of two models' blend, `w` for the first, as Blend computes it."""
+    return mixture(head, neural, [forest], [w, 1 - w])
+
+
+def mixture(
+    head: heads.Head, neural: np.ndarray, forests: list[np.ndarray], weights: list[float]
+) -> np.ndarray:
+    """The blend's logits (numpy) of the neural model and trees members, `weights` in
+    that order, as the exported model computes them."""
+    layer = blend_lib.Blend(head, weights)
+    return layer(
+        tf.constant(neural, tf.float32), [tf.constant(f, tf.float32) for f in forests]
+    ).numpy()
+
+
+def _mean_loss(head: heads.Head, logits: np.ndarray, labels: np.ndarray, weights) -> float:
+    """The weighted mean of the head's loss over these records."""
+    weights = np.asarray(weights, np.float64)
+    return float(weights @ _per_example_loss(head, logits, labels) / weights.sum())

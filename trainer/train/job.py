@@ -292,7 +292,7 @@ class _Job:
         }
         files[contracts.HISTORY_FILE] = self.history.to_json()
         if blended:
-            files[contracts.TREES_FILE] = blended.trees
+            files.update(blended.trees)
         files[contracts.PLAN_FILE] = plan.to_json()
         logging.info(
             "final metrics: %s%s",
