@@ -120,29 +120,20 @@ def matrices(plan: plan_lib.Plan) -> dict[str, tuple]:
 
 def fit_lightgbm(plan: plan_lib.Plan, data: dict, params: dict) -> tuple:
     """(validation scores, test scores, seconds) of LightGBM fitted as the job fits its
-    trees, with `params` over the member's own."""
+    trees (forest.fit), with `params` over the first member's own."""
     import lightgbm
 
-    (x, y, w), (vx, vy, vw) = data["train"], data["validation"]
-    full = {**forest.lightgbm_params(plan), **params}
-    cats = trees.categorical_columns(plan.schema)
     start = time.monotonic()
-    train = lightgbm.Dataset(x, y, weight=w, categorical_feature=cats, free_raw_data=True)
-    valid = lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=cats, reference=train)
-    booster = lightgbm.train(
-        full,
-        train,
-        num_boost_round=forest.ROUNDS,
-        valid_sets=[valid],
-        callbacks=[lightgbm.early_stopping(forest.PATIENCE, verbose=False)],
+    text = forest.fit(
+        plan, {**forest.lightgbm_params(plan), **params}, data["train"], data["validation"]
     )
     seconds = time.monotonic() - start
+    booster = lightgbm.Booster(model_str=text)
 
     def scores(a):
-        raw = booster.predict(a, num_iteration=booster.best_iteration, raw_score=True)
-        return np.asarray(raw, np.float64).reshape(len(a), -1)
+        return np.asarray(booster.predict(a, raw_score=True), np.float64).reshape(len(a), -1)
 
-    return scores(vx), scores(data["test"][0]), seconds
+    return scores(data["validation"][0]), scores(data["test"][0]), seconds
 
 
 def fit_catboost(plan: plan_lib.Plan, data: dict) -> tuple:

@@ -134,7 +134,7 @@ def test_ple_mlp_width_follows_the_number_of_training_records():
 @pytest.mark.parametrize(
     "policy, model, model_fn, validation, fragment",
     [
-        ("auto", "ple_mlp", None, True, "auto: LightGBM's trees"),
+        ("auto", "ple_mlp", None, True, "auto: two LightGBM models' trees"),
         ("off", "ple_mlp", None, True, "--trees=off"),
         ("auto", "mlp", None, True, "--model=mlp is a neural model alone"),
         ("auto", "ple_mlp", "m:f", True, "--model_fn builds its own model"),
@@ -145,7 +145,7 @@ def test_trees_join_the_default_model_when_there_is_validation_data(
     policy, model, model_fn, validation, fragment
 ):
     joined, why = defaults.trees(policy, model, model_fn, validation)
-    assert joined == (fragment == "auto: LightGBM's trees") and fragment in why
+    assert joined == (fragment == "auto: two LightGBM models' trees") and fragment in why
 
 
 def test_trees_stay_out_without_lightgbm(monkeypatch):

@@ -91,7 +91,10 @@ def trees(policy: str, model: str, model_fn: str | None, validation: bool) -> tu
         return False, "no validation data to weigh the blend on (--holdout_fraction=0)"
     if importlib.util.find_spec("lightgbm") is None:
         return False, "LightGBM is not installed (pip install lightgbm)"
-    return True, "auto: LightGBM's trees blended with the neural model, weighed on validation"
+    return (
+        True,
+        "auto: two LightGBM models' trees blended with the neural model, weighed on validation",
+    )
 
 
 def batch_size(replicas: int, model: str | None, n: int | None) -> tuple[int, str]:

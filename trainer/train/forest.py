@@ -141,10 +141,10 @@ def blend(
         )
     records = max(f.records for f in fitted.values())
     logging.info(
-        "blend: boosted trees %s (%s records, %.1fs); trees weighed %.2f : %.2f (their own "
-        "choice %.2f, spread %.2f); weighed %.2f neural : %.2f trees on %d validation "
-        "records (their own choice %.2f, spread %.2f over resamples; loss %.5g; neural "
-        "alone %.5g, trees alone %.5g)%s",
+        "blend: boosted trees: %s (%s records, %.1fs); weighed %.2f trees : %.2f "
+        "shallow_trees (their own choice %.2f, spread %.2f); weighed %.2f neural : %.2f "
+        "trees on %d validation records (their own choice %.2f, spread %.2f over "
+        "resamples; loss %.5g; neural alone %.5g, trees alone %.5g)%s",
         ", ".join(f"{name} {f.rounds} rounds" for name, f in fitted.items()),
         f"{records:,}" if records else "kept",
         seconds,
@@ -218,26 +218,29 @@ def fit_or_load(
                 matrix(plan, s.validation_files, s.validation_part, None),
             )
         (x, y, w), (vx, vy, vw) = data
-        text = fit(plan, name, x, _target(plan.head, y), w, vx, _target(plan.head, vy), vw)
+        y, vy = _target(plan.head, y), _target(plan.head, vy)
+        text = fit(plan, lightgbm_params(plan, name), (x, y, w), (vx, vy, vw))
         if is_chief:
             storage.write_bytes(path, text.encode())
         found[name] = _fitted(text, len(y))
     return found
 
 
-def fit(plan: plan_lib.Plan, member: str, x, y, w, vx, vy, vw) -> str:
-    """The trees `member` fitted on (x, y, w), stopped early on (vx, vy, vw): its best
-    rounds, in LightGBM's text format."""
+def fit(plan: plan_lib.Plan, params: dict, train: tuple, valid: tuple) -> str:
+    """LightGBM of `params` fitted on `train` (columns, target, weights), stopped early on
+    `valid`: its best rounds, in LightGBM's text format."""
     import lightgbm
 
     categorical = trees.categorical_columns(plan.schema)
-    train = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
-    valid = lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=train)
+    (x, y, w), (vx, vy, vw) = train, valid
+    data = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
     booster = lightgbm.train(
-        lightgbm_params(plan, member),
-        train,
+        params,
+        data,
         num_boost_round=ROUNDS,
-        valid_sets=[valid],
+        valid_sets=[
+            lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=data)
+        ],
         callbacks=[lightgbm.early_stopping(PATIENCE, verbose=False)],
     )
     return booster.model_to_string(num_iteration=booster.best_iteration)
