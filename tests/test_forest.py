@@ -197,10 +197,7 @@ def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):
     with caplog.at_level(logging.INFO):
         run_job(config)
     assert caplog.text.count("as fitted before this restart") == 2  # both members
-    again = store.read_json(f"{job_uri}/model/metrics.json")
-    for key in ("neuralWeight", "treesWeight", "treeRounds"):
-        assert again["blend"][key] == first["blend"][key]
-    assert again["validation"]["logLoss"] == pytest.approx(first["validation"]["logLoss"], abs=1e-6)
+    _assert_same_blend(store.read_json(f"{job_uri}/model/metrics.json"), first)
     # Killed between the two members' writes: the missing one is fitted again, the same.
     kept = store.read_bytes(f"{job_uri}/checkpoints/shallow_trees.txt")
     os.remove(store.path(f"{job_uri}/checkpoints/shallow_trees.txt"))
@@ -210,4 +207,13 @@ def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):
         run_job(config)
     assert caplog.text.count("as fitted before this restart") == 1
     assert store.read_bytes(f"{job_uri}/checkpoints/shallow_trees.txt") == kept
-    assert again["validation"]["logLoss"] == pytest.approx(first["validation"]["logLoss"], abs=1e-6)
+    _assert_same_blend(store.read_json(f"{job_uri}/model/metrics.json"), first)
+
+
+def _assert_same_blend(metrics: dict, first: dict) -> None:
+    """The same weights and trees, and so the same validation log loss (1e-6)."""
+    for key in ("neuralWeight", "treesWeight", "treeRounds"):
+        assert metrics["blend"][key] == first["blend"][key]
+    assert metrics["validation"]["logLoss"] == pytest.approx(
+        first["validation"]["logLoss"], abs=1e-6
+    )

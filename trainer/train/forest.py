@@ -115,9 +115,9 @@ def blend(
     against the selected `neural` model on the validation data, and returns the blend."""
     splits = plan.splits
     start = time.monotonic()
-    fitted = fit_or_load(plan, plan.storage, is_chief)
-    seconds = time.monotonic() - start
     x, labels, weights = matrix(plan, splits.validation_files, splits.validation_part, None)
+    fitted = fit_or_load(plan, plan.storage, is_chief, (x, labels, weights))
+    seconds = time.monotonic() - start
     logits = neural_logits(plan, neural, splits.validation_files, splits.validation_part)
     first, second = (trees.Forest(f.arrays, f.booster)(x).numpy() for f in fitted.values())
     inner = choose_weight(plan.head, first, second, labels, weights, plan.seed)
@@ -199,30 +199,28 @@ class Fitted:
 
 
 def fit_or_load(
-    plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: bool
+    plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: bool, validation: tuple
 ) -> dict[str, Fitted]:
     """The job's trees members by name (MEMBERS' order): those kept beside its
-    checkpoints, else fitted now (and kept, by the chief)."""
+    checkpoints, else fitted now, stopped early on `validation` (`matrix`'s columns,
+    labels and weights), and kept by the chief."""
+    vx, vy, vw = validation
+    valid = (vx, _target(plan.head, vy), vw)
     found: dict[str, Fitted] = {}
-    data = None
+    train = None
     for name, (_, file) in MEMBERS.items():
         path = storage_lib.join(plan.checkpoint_dir, file)
         if storage.exists(path):
             found[name] = _fitted(storage.read_bytes(path).decode(), 0)
             logging.info("%s: %d rounds, as fitted before this restart", name, found[name].rounds)
             continue
-        if data is None:  # one read of the records for both members
-            s = plan.splits
-            data = (
-                matrix(plan, s.train_files, s.train_part, TREE_RECORDS),
-                matrix(plan, s.validation_files, s.validation_part, None),
-            )
-        (x, y, w), (vx, vy, vw) = data
-        y, vy = _target(plan.head, y), _target(plan.head, vy)
-        text = fit(plan, lightgbm_params(plan, name), (x, y, w), (vx, vy, vw))
+        if train is None:  # one read of the training records for both members
+            x, y, w = matrix(plan, plan.splits.train_files, plan.splits.train_part, TREE_RECORDS)
+            train = (x, _target(plan.head, y), w)
+        text = fit(plan, lightgbm_params(plan, name), train, valid)
         if is_chief:
             storage.write_bytes(path, text.encode())
-        found[name] = _fitted(text, len(y))
+        found[name] = _fitted(text, len(train[1]))
     return found
 
 
