@@ -119,6 +119,27 @@ def test_the_trees_matrix_holds_the_job_s_training_records(fake_gcs, job_uri):
     assert len(x) == 100
 
 
+def test_a_member_s_own_cap_bounds_its_rounds(fake_gcs, job_uri, monkeypatch):
+    """A member's `num_iterations` (SHALLOW's) caps its rounds in place of ROUNDS, and
+    the parameters handed to `fit` are left as they were."""
+    import lightgbm
+
+    plan = plan_lib.make_plan(make_config(fake_gcs, job_uri, task="regression"))
+    x, y, w = forest.matrix(plan, plan.splits.train_files, plan.splits.train_part, None)
+    train = (x, forest._target(plan.head, y), w)
+    monkeypatch.setattr(forest, "PATIENCE", 10_000)  # validation on the training records
+    monkeypatch.setattr(forest, "ROUNDS", 5)  # keeps improving: every round is run
+
+    def rounds(params: dict) -> int:
+        return lightgbm.Booster(model_str=forest.fit(plan, params, train, train)).num_trees()
+
+    assert rounds(forest.lightgbm_params(plan)) == 5
+    params = {**forest.lightgbm_params(plan), "num_iterations": 7}
+    assert rounds(params) == 7 and params["num_iterations"] == 7
+    shallow = forest.lightgbm_params(plan, "shallow_trees")
+    assert shallow["num_iterations"] == forest.SHALLOW["num_iterations"] == 3000
+
+
 @pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
 def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, caplog):
     config = make_config(fake_gcs, job_uri, task=task, trees="auto", train_steps=60)
