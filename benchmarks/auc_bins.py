@@ -25,7 +25,7 @@ from sklearn.metrics import roc_auc_score
 
 from benchmarks import blend_rules
 from trainer.evaluate import metrics
-from trainer.train import forest
+from trainer.train import weighing
 
 FLAGS = flags.FLAGS
 # --predictions (the folder of NAME-SEED.npz files) is blend_rules' flag, imported above.
@@ -35,7 +35,7 @@ flags.DEFINE_list("score_bins", ["2048", "4096", "8192", "16384"], "Log-odds bin
 def readings(job: dict, score_bins: list[int]) -> dict[str, float]:
     """{scheme: AUC} for one job's test predictions, 'exact' among them."""
     head = blend_rules.head_of(job)
-    logits = forest.blended(head, job["test_neural"], job["test_trees"], float(job["weight"]))
+    logits = weighing.blended(head, job["test_neural"], job["test_trees"], float(job["weight"]))
     labels = job["test_labels"].astype(np.int32)
     probabilities = head.probabilities(tf.constant(logits)).numpy()
     out = {

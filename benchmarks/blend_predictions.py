@@ -18,9 +18,9 @@ import numpy as np
 from absl import app
 
 from trainer import task
-from trainer.train import forest
+from trainer.train import forest, weighing
 
-_choose_weight, _blend = forest.choose_weight, forest.blend
+_choose_weight, _blend = weighing.choose_weight, forest.blend
 _validation: dict = {}
 
 
@@ -48,7 +48,7 @@ def blend(plan, neural, strategy, is_chief):
         os.environ["BLEND_PREDICTIONS"],
         **kept,
         test_neural=forest.neural_logits(plan, neural, splits.test_files, None),
-        test_trees=forest.blended(head, *(kept[f"test_member_{n}"] for n in forest.MEMBERS), w1),
+        test_trees=weighing.blended(head, *(kept[f"test_member_{n}"] for n in forest.MEMBERS), w1),
         test_labels=labels,
         test_weights=weights,
         task=head.task,
@@ -62,5 +62,5 @@ def blend(plan, neural, strategy, is_chief):
 
 
 if __name__ == "__main__":
-    forest.choose_weight, forest.blend = choose_weight, blend
+    weighing.choose_weight, forest.blend = choose_weight, blend
     app.run(task.main, flags_parser=task.parse_flags)

@@ -7,7 +7,7 @@
 
 A job's training is deterministic and the weight only mixes two fixed predictions, so a
 rule's test error is exact without training again: each rule picks a weight from the
-validation predictions (`trainer.train.forest`'s own functions), and the blend of the test
+validation predictions (`trainer.train.weighing`'s own functions), and the blend of the test
 predictions at that weight is scored by `real_data.error_ratio`, as a job is (RMSE; 1 - AUC,
 here exact where the job's own AUC is read from 8,192 bins of the log-odds, within 2e-4
 of it; 1 - accuracy; a classifier's
@@ -30,7 +30,7 @@ from sklearn.metrics import roc_auc_score
 
 from benchmarks import real_data
 from trainer.model import heads
-from trainer.train import forest
+from trainer.train import weighing as weighing_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("predictions", ".local/blend", "The folder of NAME-SEED.npz files.")
@@ -50,13 +50,13 @@ def rules(job: dict, head: heads.Head, prior_sds: list[float]) -> dict[str, floa
         "trees alone": 0.0,
     }
     for sd in prior_sds:
-        found[f"spread, prior sd {sd:g}"] = forest.pulled(weighed.choice, weighed.spread, sd)
+        found[f"spread, prior sd {sd:g}"] = weighing_lib.pulled(weighed.choice, weighed.spread, sd)
     return found
 
 
-def weighing(job: dict, head: heads.Head) -> forest.Weighing:
-    """The job's own rule (forest.choose_weight) on its kept validation predictions."""
-    return forest.choose_weight(
+def weighing(job: dict, head: heads.Head) -> weighing_lib.Weighing:
+    """The job's own rule (weighing_lib.choose_weight) on its kept validation predictions."""
+    return weighing_lib.choose_weight(
         head,
         job["validation_neural"],
         job["validation_trees"],
@@ -69,7 +69,7 @@ def weighing(job: dict, head: heads.Head) -> forest.Weighing:
 def test_metric(job: dict, head: heads.Head, weight: float) -> dict[str, float]:
     """The blend's test metric at `weight`, under the name `real_data.ERRORS` reads it
     (rootMeanSquaredError, auRoc, accuracy)."""
-    logits = forest.blended(head, job["test_neural"], job["test_trees"], weight)
+    logits = weighing_lib.blended(head, job["test_neural"], job["test_trees"], weight)
     labels = job["test_labels"]
     if head.task == "regression":
         predicted = head.predictions(tf.constant(logits)).numpy()

@@ -533,6 +533,17 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def check_datasets(datasets: list[str], which: str, names: list[str]) -> None:
+    """Raises a usage error naming the --datasets not in the set `which` (its `names`):
+    they would be left out of the run without a word."""
+    unknown = sorted(set(datasets) - set(names))
+    if unknown:
+        raise app.UsageError(
+            f"--datasets={','.join(unknown)}: not in --tables={which} "
+            f"(its tables: {', '.join(names)})"
+        )
+
+
 def geomean(values) -> float:
     return float(np.exp(np.mean(np.log(list(values)))))
 
@@ -540,7 +551,9 @@ def geomean(values) -> float:
 def main(argv):
     del argv
     rows, failed = [], []
-    for name, (task, x, y) in tables(FLAGS.tables).items():
+    chosen = tables(FLAGS.tables)
+    check_datasets(FLAGS.datasets, FLAGS.tables, list(chosen))
+    for name, (task, x, y) in chosen.items():
         if FLAGS.datasets and name not in FLAGS.datasets:
             continue
         train, evaluation, train_rows, eval_rows = write_split(name, x, y, task)

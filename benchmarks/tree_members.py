@@ -2,7 +2,8 @@
 (issue 28; docs/results/2026-12-06-races-and-second-trees.md: the race not built, the
 CatBoost-like member the default's `shallow_trees` since 2026-12-07;
 docs/results/2026-12-07-shallow-rounds-and-missing-numbers.md: its cap of rounds and
-rate, missing numbers as CatBoost's Min):
+rate, not built; missing numbers as CatBoost's Min was replayed at commit 6d69fcc, and
+built):
 
 - **A race**: the trees fitted first, the networks stopped at the first evaluation from
   a share `f` of the planned steps on where their best validation loss is worse than
@@ -11,10 +12,8 @@ rate, missing numbers as CatBoost's Min):
   second one (or beside its one, in jobs from before 2026-12-07), fitted on the job's
   matrices (trainer.train.forest.matrix: the same records, the same validation records
   for its early stopping), blended in two stages by the job's own rule
-  (forest.choose_weight): the job's first trees and the candidate, then the network with
+  (weighing.choose_weight): the job's first trees and the candidate, then the network with
   their blend (--members picks which).
-- **Missing numbers as CatBoost's Min** (--missing_as_min): both trees members refitted
-  with every missing number below every value instead of LightGBM's learned direction.
 
     python -m benchmarks.real_data --tables=sixteen --variant= \\
         --blend_predictions=.local/blend --output=.local/sixteen.json   # held_out, fresh
@@ -44,14 +43,11 @@ from trainer.base import config as config_lib
 from trainer.base import contracts
 from trainer.model import heads, trees
 from trainer.plan import plan as plan_lib
-from trainer.train import forest
+from trainer.train import forest, weighing
 
 FLAGS = flags.FLAGS  # --predictions and --set: benchmarks.blend_rules' flags
 flags.DEFINE_string("jobs", ".local/real-data/jobs", "The jobs' directories (NAME-TIME).")
 flags.DEFINE_string("cache", ".local/tree-members", "Where second members' scores are kept.")
-flags.DEFINE_bool(
-    "missing_as_min", False, "Also both trees members refitted with missing numbers as MISSING_MIN."
-)
 flags.DEFINE_multi_string(
     "members", None, "A second member to fit (LIGHTGBM's, 'catboost'); all if unset."
 )
@@ -59,29 +55,28 @@ flags.DEFINE_multi_string(
 RACES = [(f, m) for f in (0.1, 0.25, 0.5) for m in (0.0, 0.02, 0.05, 0.1)]
 # The second members, fixed before any was run (none tuned; .local/preregistered.md):
 # 2026-12-06, a CatBoost-like LightGBM (depth 6, a small rate, L2 3, randomised splits,
-# 1,000 rounds: the default's second member until the next day's replay), the first
+# 1,000 rounds: the default's second member since 2026-12-07), the first
 # member's own parameters with another seed (a control: what a second draw alone gives),
 # and CatBoost at its defaults (one-hot splits up to 255 values, wider categoricals as
 # their slot: what an export of plain comparisons could hold), if installed; 2026-12-07,
 # that member at CatBoost's own rate for the task and the number of records, or with a
-# cap of 3,000 rounds (forest.SHALLOW since). Each: (plan, records) -> params.
+# cap of 3,000 rounds (built, then taken back for its cost). Each: (plan, records) -> params.
 LIGHTGBM = {
-    "lightgbm, CatBoost-like": lambda plan, n: {
-        **forest.SHALLOW,
-        "num_iterations": 1000,
-        "seed": plan.seed,
-    },
+    "lightgbm, CatBoost-like": lambda plan, n: {**forest.SHALLOW, "seed": plan.seed},
     "lightgbm, another seed": lambda plan, n: {
         **forest.PARAMS["regression" if plan.task == "regression" else "classification"],
         "seed": plan.seed + 1000,
     },
     "shallow, CatBoost's rate": lambda plan, n: {
         **forest.SHALLOW,
-        "num_iterations": 1000,
         "learning_rate": catboost_rate(plan.task, n),
         "seed": plan.seed,
     },
-    "shallow, 3,000 rounds": lambda plan, n: {**forest.SHALLOW, "seed": plan.seed},
+    "shallow, 3,000 rounds": lambda plan, n: {
+        **forest.SHALLOW,
+        "num_iterations": 3000,
+        "seed": plan.seed,
+    },
 }
 # CatBoost 1.2's automatic learning rate at 1,000 iterations: (rate at 400 training
 # records, power of records / 400), read off CatBoost 1.2.10 at 400, 4,000 and 40,000
@@ -92,8 +87,6 @@ CATBOOST_RATE = {
     "multiclass": (0.106, 0.020),
 }
 CATBOOST = "catboost"
-# CatBoost's default for a missing number (nan_mode Min): below every value.
-MISSING_MIN = -1e30
 PARTS = ("validation", "test")
 
 
@@ -172,7 +165,9 @@ def fit_lightgbm(plan: plan_lib.Plan, data: dict, params: dict) -> tuple:
     )
     seconds = time.monotonic() - start
     booster = lightgbm.Booster(model_str=text)
-    logging.info("%s: %d rounds in %.2f s", params, booster.current_iteration(), seconds)
+    logging.info(
+        "%s: %d rounds kept, fitted in %.2f s", params, booster.current_iteration(), seconds
+    )
 
     def scores(a):
         return np.asarray(booster.predict(a, raw_score=True), np.float64).reshape(len(a), -1)
@@ -253,37 +248,11 @@ def second_members(
     return found
 
 
-def refit_missing_as_min(job_dir: str, cache: str | None) -> tuple | None:
-    """((validation, test) scores of the first trees member, the same of the second) of
-    the job refitted on matrices whose missing numbers are MISSING_MIN; None where its
-    matrices have none (the refit would be the job's own trees). Kept in `cache`."""
-    if cache and os.path.exists(cache):
-        kept = np.load(cache)
-        return None if not kept.files else ((kept["fv"], kept["ft"]), (kept["sv"], kept["st"]))
-    plan = job_plan(job_dir)
-    data = matrices(plan)
-    found = None
-    if any(np.isnan(x).any() for x, _, _ in data.values()):
-        data = {k: (np.where(np.isnan(x), MISSING_MIN, x), y, w) for k, (x, y, w) in data.items()}
-        shallow = {**forest.SHALLOW, "seed": plan.seed}  # the member as built
-        (fv, ft, _), (sv, st, _) = (fit_lightgbm(plan, data, p) for p in ({}, shallow))
-        found = ((fv, ft), (sv, st))
-    if cache:
-        os.makedirs(os.path.dirname(cache) or ".", exist_ok=True)
-        arrays = {} if found is None else dict(zip(("fv", "ft", "sv", "st"), sum(found, ())))
-        np.savez(cache, **arrays)
-    return found
-
-
-def two_stage(
-    job: dict, head: heads.Head, validation: np.ndarray, test: np.ndarray, own: dict | None = None
-) -> dict:
-    """The test metric of the job's first trees member (or `own`: part -> scores) and a
-    second member (its `validation` and `test` scores) blended by the job's rule, then
-    blended with the network by it. (Jobs from before 2026-12-07 kept one trees member,
-    as `*_trees`.)"""
-    if own is None:
-        own = {part: job.get(f"{part}_member_trees", job[f"{part}_trees"]) for part in PARTS}
+def two_stage(job: dict, head: heads.Head, validation: np.ndarray, test: np.ndarray) -> dict:
+    """The test metric of the job's first trees member and a second member (its
+    `validation` and `test` scores) blended by the job's rule, then blended with the
+    network by it. (Jobs from before 2026-12-07 kept one trees member, as `*_trees`.)"""
+    own = {part: job.get(f"{part}_member_trees", job[f"{part}_trees"]) for part in PARTS}
     first = {
         **job,
         **{f"{part}_neural": own[part] for part in PARTS},
@@ -293,8 +262,8 @@ def two_stage(
     w = _weight(first, head)
     both = {
         **job,
-        "validation_trees": forest.blended(head, own["validation"], validation, w),
-        "test_trees": forest.blended(head, own["test"], test, w),
+        "validation_trees": weighing.blended(head, own["validation"], validation, w),
+        "test_trees": weighing.blended(head, own["test"], test, w),
     }
     return blend_rules.test_metric(both, head, _weight(both, head))
 
@@ -305,14 +274,10 @@ def _weight(job: dict, head: heads.Head) -> float:
 
 
 def replay_job(
-    job: dict,
-    job_dir: str,
-    cache: str | None,
-    members: list[str] | None = None,
-    missing_as_min: bool = False,
+    job: dict, job_dir: str, cache: str | None, members: list[str] | None = None
 ) -> tuple[dict, dict]:
     """({rule: the job's test metric under it}, {rule: training seconds}) of one job:
-    the races, the second `members` (all if None), and missing numbers as Min if asked."""
+    the races and the second `members` (all if None)."""
     head = blend_rules.head_of(job)
     history = json.load(open(_model_file(job_dir, contracts.HISTORY_FILE)))
     decided = json.load(open(_model_file(job_dir, contracts.PLAN_FILE)))["decided"]
@@ -335,13 +300,6 @@ def replay_job(
     for name, (v, t, s) in second_members(job_dir, cache, members).items():
         metrics[f"+ {name}"] = two_stage(job, head, v, t)
         seconds[f"+ {name}"] = trained + s
-    if missing_as_min:
-        refit = refit_missing_as_min(job_dir, cache and cache.replace(".npz", "-min.npz"))
-        metrics["missing numbers as Min"] = (
-            metrics["default"]
-            if refit is None
-            else two_stage(job, head, *refit[1], own=dict(zip(PARTS, refit[0])))
-        )
     return metrics, seconds
 
 
@@ -358,9 +316,7 @@ def replay(rows: list[dict]) -> tuple[dict, dict, list[str]]:
             if not os.path.exists(path):
                 continue
             cache = os.path.join(FLAGS.cache, f"{table}-{seed}.npz") if FLAGS.cache else None
-            metrics, secs = replay_job(
-                dict(np.load(path)), job_dir, cache, FLAGS.members, FLAGS.missing_as_min
-            )
+            metrics, secs = replay_job(dict(np.load(path)), job_dir, cache, FLAGS.members)
             for rule in metrics:
                 runs[rule].append(metrics[rule])
             for rule in secs:

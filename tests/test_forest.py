@@ -1,4 +1,4 @@
-"""The boosted-trees member (trainer.train.forest): fitted on the training records,
+"""The boosted-trees members (trainer.train.forest): fitted on the training records,
 weighed against the neural model on validation data, exported inside the SavedModel.
 Tolerances are maximum absolute differences."""
 
@@ -10,96 +10,11 @@ import pytest
 import tensorflow as tf
 
 from trainer.data import inputs
-from trainer.model import heads, trees
+from trainer.model import trees
 from trainer.plan import plan as plan_lib
 from trainer.train import forest
 
 from conftest import data_globs, make_config, read_records, run_job
-
-
-@pytest.mark.parametrize("records", [20_000, 400])
-def test_the_weight_goes_to_the_member_that_predicts_the_validation_labels(records):
-    """... on many records or few, when validation is sure of it."""
-    rng = np.random.default_rng(0)
-    head = heads.Head("binary", (0, 1))
-    labels = rng.integers(0, 2, records)
-    good = (labels * 2.0 - 1.0)[:, None] * 2 + rng.normal(0, 1, (records, 1))
-    noise = rng.normal(0, 1, (records, 1))
-    ones = np.ones(records)
-    weighed = forest.choose_weight(head, noise, good, labels, ones)
-    assert weighed.choice == 0.0 and min(weighed.losses, key=weighed.losses.get) == 0.0
-    assert weighed.spread < 0.05 and weighed.weight <= 0.02
-    assert forest.choose_weight(head, good, noise, labels, ones).weight >= 0.98
-    # Trees that add nothing leave the neural model alone: every resample ties.
-    same = forest.choose_weight(head, good, good, labels, ones)
-    assert (same.weight, same.choice, same.spread) == (1.0, 1.0, 0.0)
-
-
-def test_an_unsure_choice_is_pulled_towards_the_equal_blend():
-    """Two members as good as each other, 40 records: validation's choice is chance, and
-    the weight keeps to 1/2 by as much as resamples of the records disagree."""
-    rng = np.random.default_rng(4)
-    head = heads.Head("binary", (0, 1))
-    labels = rng.integers(0, 2, 40)
-    signal = (labels * 2.0 - 1.0)[:, None]
-    a, b = (signal + rng.normal(0, 1.5, (40, 1)) for _ in range(2))
-    ones = np.ones(40)
-    weighed = forest.choose_weight(head, a, b, labels, ones, seed=1)
-    assert weighed.spread > 0.15
-    shrink = forest.WEIGHT_PRIOR_SD**2 / (forest.WEIGHT_PRIOR_SD**2 + weighed.spread**2)
-    assert weighed.weight == pytest.approx(0.5 + (weighed.choice - 0.5) * shrink, abs=1e-4)
-    assert weighed.choice != 0.5 and abs(weighed.weight - 0.5) < abs(weighed.choice - 0.5)
-    # The resamples are drawn from the seed: the same on every worker.
-    assert forest.choose_weight(head, a, b, labels, ones, seed=1) == weighed
-
-
-def test_temperature_softens_overconfident_probabilities_and_leaves_calibrated_ones():
-    rng = np.random.default_rng(2)
-    head = heads.Head("multiclass", ("a", "b", "c"))
-    logits = rng.normal(0, 2, (2000, 3))
-    labels = np.array([rng.choice(3, p=p) for p in _softmax(logits)])  # calibrated at 1
-    ones = np.ones(len(labels))
-    t, loss = forest.choose_temperature(head, logits, labels, ones)
-    assert 0.8 <= t <= 1.25
-    t, sharper = forest.choose_temperature(head, 3 * logits, labels, ones)
-    assert 2.5 <= t <= 3.5  # undoes the factor 3
-    assert sharper == pytest.approx(loss, abs=0.01)
-    regression = heads.Head("regression")
-    assert forest.choose_temperature(regression, logits[:, :1], labels * 1.0, ones)[0] == 1
-
-
-@pytest.mark.parametrize("task", ["regression", "multiclass"])
-def test_the_blend_is_the_weighted_mean_of_probabilities_or_numbers(task):
-    rng = np.random.default_rng(1)
-    units = 3 if task == "multiclass" else 1
-    head = heads.Head(task, ("a", "b", "c") if units == 3 else ())
-    neural, scores = rng.normal(size=(6, units)), rng.normal(size=(6, units))
-    got = forest.blended(head, neural, scores, 0.3)
-    if task == "regression":
-        np.testing.assert_allclose(got, 0.3 * neural + 0.7 * scores, atol=1e-6)
-    else:
-        p = head.probabilities(tf.constant(got)).numpy()
-        expected = 0.3 * _softmax(neural) + 0.7 * _softmax(scores)
-        np.testing.assert_allclose(p, expected, atol=1e-6)
-
-
-@pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
-def test_the_mixture_of_three_is_the_two_stage_blend(task):
-    """The export's one mixture, weighted w, (1 - w) w1, (1 - w)(1 - w1), is the trees'
-    blend (w1) blended with the neural model (w), to float32's rounding."""
-    rng = np.random.default_rng(3)
-    units = 3 if task == "multiclass" else 1
-    head = heads.Head(task, {"binary": (0, 1), "multiclass": ("a", "b", "c")}.get(task, ()))
-    neural, first, second = (rng.normal(0, 2, size=(50, units)) for _ in range(3))
-    w, w1 = 0.35, 0.8
-    two_stage = forest.blended(head, neural, forest.blended(head, first, second, w1), w)
-    one = forest.mixture(head, neural, [first, second], [w, (1 - w) * w1, (1 - w) * (1 - w1)])
-    np.testing.assert_allclose(one, two_stage, rtol=0, atol=1e-5)
-
-
-def _softmax(z):
-    e = np.exp(z - z.max(1, keepdims=True))
-    return e / e.sum(1, keepdims=True)
 
 
 def test_the_trees_matrix_holds_the_job_s_training_records(fake_gcs, job_uri):
@@ -120,8 +35,8 @@ def test_the_trees_matrix_holds_the_job_s_training_records(fake_gcs, job_uri):
 
 
 def test_a_member_s_own_cap_bounds_its_rounds(fake_gcs, job_uri, monkeypatch):
-    """A member's `num_iterations` (SHALLOW's) caps its rounds in place of ROUNDS, and
-    the parameters handed to `fit` are left as they were."""
+    """A candidate's `num_iterations` (benchmarks.tree_members') caps its rounds in place
+    of ROUNDS, and the parameters handed to `fit` are left as they were."""
     import lightgbm
 
     plan = plan_lib.make_plan(make_config(fake_gcs, job_uri, task="regression"))
@@ -136,8 +51,7 @@ def test_a_member_s_own_cap_bounds_its_rounds(fake_gcs, job_uri, monkeypatch):
     assert rounds(forest.lightgbm_params(plan)) == 5
     params = {**forest.lightgbm_params(plan), "num_iterations": 7}
     assert rounds(params) == 7 and params["num_iterations"] == 7
-    shallow = forest.lightgbm_params(plan, "shallow_trees")
-    assert shallow["num_iterations"] == forest.SHALLOW["num_iterations"] == 3000
+    assert rounds(forest.lightgbm_params(plan, "shallow_trees")) == 5  # the job's: ROUNDS
 
 
 @pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import blend_rules, tree_members
-from trainer.train import forest
+from trainer.train import weighing
 
 from conftest import BUCKET, data_globs, run_python, task_args
 
@@ -48,12 +48,12 @@ def test_lightgbm_refitted_from_the_job_s_directory_gives_the_job_s_own_trees(ke
     np.testing.assert_array_equal(data["validation"][1], job["validation_labels"])
     np.testing.assert_array_equal(data["test"][1], job["test_labels"])
     # No parameter over the first member's own: the very trees the job blended; the
-    # built shallow member's (3,000 rounds): the job's second member.
+    # CatBoost-like candidate's: the job's second member.
     validation, test, seconds = tree_members.fit_lightgbm(plan, data, {})
     np.testing.assert_allclose(validation, job["validation_member_trees"], rtol=0, atol=1e-9)
     np.testing.assert_allclose(test, job["test_member_trees"], rtol=0, atol=1e-9)
     assert seconds > 0
-    shallow = tree_members.LIGHTGBM["shallow, 3,000 rounds"](plan, len(data["train"][0]))
+    shallow = tree_members.LIGHTGBM["lightgbm, CatBoost-like"](plan, len(data["train"][0]))
     validation, test, _ = tree_members.fit_lightgbm(plan, data, shallow)
     np.testing.assert_allclose(validation, job["validation_member_shallow_trees"], atol=1e-9)
     np.testing.assert_allclose(test, job["test_member_shallow_trees"], rtol=0, atol=1e-9)
@@ -70,7 +70,7 @@ def test_the_job_s_own_second_member_replays_the_job_s_figure(kept_job):
     assert tree_members.two_stage(job, head, *second)["auRoc"] == pytest.approx(own, abs=1e-6)
     # The kept trees' blend is the members' blend by the job's own trees weight.
     members = [job[f"test_member_{n}"] for n in ("trees", "shallow_trees")]
-    blend = forest.blended(head, *members, float(job["trees_weight"]))
+    blend = weighing.blended(head, *members, float(job["trees_weight"]))
     np.testing.assert_allclose(job["test_trees"], blend, rtol=0, atol=1e-6)
     # A member that predicts the labels outright takes the blend over.
     truth = 8.0 * (2.0 * job["test_labels"][:, None] - 1.0)
@@ -81,7 +81,7 @@ def test_the_job_s_own_second_member_replays_the_job_s_figure(kept_job):
 def test_the_replay_of_a_job_reads_its_figures_and_its_races(kept_job, tmp_path):
     job, job_dir = kept_job
     cache = str(tmp_path / "members.npz")
-    metrics, seconds = tree_members.replay_job(job, job_dir, cache, missing_as_min=True)
+    metrics, seconds = tree_members.replay_job(job, job_dir, cache)
     head = blend_rules.head_of(job)
     assert metrics["default"] == blend_rules.test_metric(job, head, float(job["weight"]))
     assert metrics["trees alone"] == blend_rules.test_metric(job, head, 0.0)
@@ -90,15 +90,8 @@ def test_the_replay_of_a_job_reads_its_figures_and_its_races(kept_job, tmp_path)
         assert metrics[rule] in (metrics["default"], metrics["trees alone"])
         assert 0 < seconds[rule] <= seconds["default"]
     assert "+ lightgbm, another seed" in metrics and "+ shallow, 3,000 rounds" in metrics
-    # The tiny table lacks some numbers: refitted with them below every value, the trees
-    # are others (where none is missing, the job's own: the default's figure).
-    data = tree_members.matrices(tree_members.job_plan(job_dir))
-    assert np.isnan(data["train"][0]).any()
-    (first, _), _ = tree_members.refit_missing_as_min(job_dir, None)
-    assert np.max(np.abs(first - job["validation_member_trees"])) > 1e-6
-    assert 0.5 < metrics["missing numbers as Min"]["auRoc"] <= 1
     # The second members were kept: a second replay reads them back, the same figures.
-    again, _ = tree_members.replay_job(job, job_dir, cache, missing_as_min=True)
+    again, _ = tree_members.replay_job(job, job_dir, cache)
     assert again == metrics
     # Only the members asked for.
     named, _ = tree_members.replay_job(job, job_dir, None, ["lightgbm, another seed"])

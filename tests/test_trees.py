@@ -142,3 +142,9 @@ def test_columns_are_values_and_the_model_s_vocabulary_slots():
     got = trees.Columns(schema)(features).numpy()
     # c: slot 0 unseen, 1 missing (''), 2 'p', 3 'q'.
     np.testing.assert_array_equal(got, [[1.5, 3, 1, 2], [2, 0, 3, 4]])
+    # A missing number (NaN) is below every value, in every column of a feature.
+    x = tf.constant([[np.nan], [-1000.0]])
+    v = tf.constant([[np.nan, 2.0], [3.0, np.nan]])
+    got = trees.Columns(schema)(dict(features, x=x, v=v)).numpy()
+    np.testing.assert_array_equal(got[:, 0], [trees.MISSING, -1000])
+    np.testing.assert_array_equal(got[:, 2:], [[trees.MISSING, 2], [3, trees.MISSING]])

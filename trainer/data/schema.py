@@ -79,7 +79,7 @@ class Feature:
     values: tuple = ()
     # Float features of one value that some sampled records lack: a record without it
     # parses as NaN, and the model sees the mean and a 0/1 "missing" input beside it
-    # (the trees, NaN: LightGBM learns where missing values go), instead of the mean
+    # (the trees, a value below every other: trees.MISSING), instead of the mean
     # alone, which a missing value could not be told from (docs/decisions.md).
     missing: bool = False
 

@@ -8,21 +8,16 @@ TREE_RECORDS training records (the first, in file order, of the records the job 
 on), each stopping early on the validation records (MEMBERS):
 - `trees`: LightGBM's meta-tuned defaults (LGBM-TD, Holzmueller et al. 2024, pytabkit):
   leaf-wise trees of up to 50-100 leaves;
-- `shallow_trees`: CatBoost-like ones: at most 6 levels, a small rate over up to 3,000
-  rounds, L2 3 and randomised split thresholds (`extra_trees`).
+- `shallow_trees`: CatBoost-like ones: at most 6 levels, a small rate, L2 3 and
+  randomised split thresholds (`extra_trees`).
 The fits are deterministic (LightGBM's `deterministic`, row-wise histograms, a fixed
 thread count and the job's seed): every worker of a cluster fits the very same trees,
 and the chief keeps them beside the checkpoints (contracts.TREES_FILE,
 SHALLOW_TREES_FILE), so a restarted job reuses them.
 
-The blend, in two stages, each by the same rule (`choose_weight`): the two trees
-members' mean of probabilities (of numbers, for regression) weighted w1 : 1 - w1, then
-that and the neural members together weighted 1 - w : w, each w the one with the lowest
-proper loss on the validation data (log loss, or squared error), pulled towards 1/2 as
-far as resamples of those records disagree on it. The exported model is the one mixture
-of the three, weighted w, (1 - w) w1, (1 - w)(1 - w1). Then, for classes, its logits are
-divided by the temperature that gives the lowest validation log loss (temperature
-scaling: it changes probabilities, not the predicted class nor the AUC).
+Then the blend: the two trees members weighed against each other, their blend against
+the neural model, both on the validation records (trainer.train.weighing), exported as
+one mixture of the three (trainer.model.blend).
 """
 
 from __future__ import annotations
@@ -41,6 +36,7 @@ from trainer.data import inputs
 from trainer.model import blend as blend_lib
 from trainer.model import heads, trees
 from trainer.plan import plan as plan_lib
+from trainer.train import weighing
 
 # The trees' sample: enough for boosting's gains, bounded in memory and time (500,000
 # records of 50 columns are 200 MB as float64).
@@ -73,11 +69,11 @@ SHALLOW = {
     "min_data_in_leaf": 1,
     "bagging_fraction": 0.8,
     "extra_trees": True,
-    # At rate 0.03, 1,000 rounds stopped 15 of the 40 tables' fits before validation did;
-    # 3,000 lowered both sets' error ratios (0.922 / 0.897 against 0.923 / 0.899), where
-    # CatBoost's own rate (0.025-0.116 by task and records) at 1,000 raised the 26's.
-    "num_iterations": 3000,
 }
+# SHALLOW stops at ROUNDS too. On 15 of the 40 tables that is before validation would
+# stop it. 3,000 rounds lowered both sets only a little (0.9223 / 0.8972 against
+# 0.9230 / 0.8989) and made their whole jobs take 1.11x-1.98x as long
+# (docs/decisions.md, "The shallow member stops at 1,000 rounds").
 # The trees members, in blend order: each one's parameters by task, and its file.
 MEMBERS = {
     "trees": (PARAMS, contracts.TREES_FILE),
@@ -90,15 +86,6 @@ ROUNDS = 1000  # a member's cap of rounds unless its parameters say (num_iterati
 PATIENCE = 300
 # Fixed, whatever the machine: LightGBM's sums, and so its trees, depend on the threads.
 THREADS = 2
-BLEND_STEPS = 20
-# The blend weight's prior: around 1/2, this standard deviation (choose_weight; chosen on
-# the 26 benchmark tables: 0.909 of HGB's error against 0.911-0.912 for 0.1, 0.2, 0.5,
-# docs/decisions.md); and the resamples of the validation records that measure how sure
-# validation is of its choice.
-WEIGHT_PRIOR_SD = 0.3
-BOOTSTRAPS = 200
-# Temperatures tried on the blend's logits (classes), evenly spaced in log from 1/2 to 4.
-TEMPERATURES = 25
 BATCH = 4096
 
 
@@ -124,16 +111,16 @@ def blend(
     seconds = time.monotonic() - start
     logits = neural_logits(plan, neural, splits.validation_files, splits.validation_part)
     first, second = (trees.Forest(f.arrays, f.booster)(x).numpy() for f in fitted.values())
-    inner = choose_weight(plan.head, first, second, labels, weights, plan.seed)
-    forest = blended(plan.head, first, second, inner.weight)
-    weighed = choose_weight(plan.head, logits, forest, labels, weights, plan.seed)
+    inner = weighing.choose_weight(plan.head, first, second, labels, weights, plan.seed)
+    forest = weighing.blended(plan.head, first, second, inner.weight)
+    weighed = weighing.choose_weight(plan.head, logits, forest, labels, weights, plan.seed)
     weight, losses = weighed.weight, weighed.losses
     members = {
         "neural": weight,
         **dict(zip(fitted, ((1 - weight) * inner.weight, (1 - weight) * (1 - inner.weight)))),
     }
-    final = mixture(plan.head, logits, [first, second], list(members.values()))
-    temperature, calibrated = choose_temperature(plan.head, final, labels, weights)
+    final = weighing.mixture(plan.head, logits, [first, second], list(members.values()))
+    temperature, calibrated = weighing.choose_temperature(plan.head, final, labels, weights)
     with strategy.scope():
         model = blend_lib.blended_model(
             neural,
@@ -183,7 +170,7 @@ def blend(
             "neural": losses[1.0],
             **member_losses,
             "treesBlend": losses[0.0],
-            "blend": _mean_loss(plan.head, final, labels, weights),
+            "blend": weighing.mean_loss(plan.head, final, labels, weights),
             "calibrated": calibrated,
         },
     }
@@ -236,7 +223,7 @@ def fit(plan: plan_lib.Plan, params: dict, train: tuple, valid: tuple) -> str:
     categorical = trees.categorical_columns(plan.schema)
     (x, y, w), (vx, vy, vw) = train, valid
     params = dict(params)
-    rounds = params.pop("num_iterations", ROUNDS)  # a member's own cap (SHALLOW's)
+    rounds = params.pop("num_iterations", ROUNDS)  # a candidate's own cap (benchmarks)
     data = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
     booster = lightgbm.train(
         params,
@@ -324,122 +311,3 @@ def _records(plan: plan_lib.Plan, files: list[str], part) -> tf.data.Dataset:
         skip_corrupt=plan.skip_corrupt_records,
         keep=part,
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class Weighing:
-    """The blend's neural share `weight`; validation's own choice and its standard
-    deviation over resamples of the records; the validation loss of every w tried."""
-
-    weight: float
-    choice: float
-    spread: float
-    losses: dict[float, float]
-
-
-def choose_weight(
-    head: heads.Head,
-    neural: np.ndarray,
-    forest: np.ndarray,
-    labels: np.ndarray,
-    weights: np.ndarray,
-    seed: int = 0,
-) -> Weighing:
-    """The neural share w of the blend, as validation weighs it (`Weighing`).
-
-    w* is the w of the lowest proper loss on these records (from 0 to 1 in steps of
-    1/BLEND_STEPS); `spread` is w*'s standard deviation over BOOTSTRAPS resamples of the
-    records (drawn from `seed`: every worker draws the same). The weight is w* pulled
-    towards the equal blend as far as validation is unsure of it (`pulled`): the mean of
-    a normal prior around 1/2 of deviation WEIGHT_PRIOR_SD and a normal likelihood around
-    w* of deviation `spread`. A few dozen records choose by chance (both models were also
-    selected on them); a clear choice, on any number of records, is followed
-    (docs/decisions.md).
-    """
-    grid = [i / BLEND_STEPS for i in range(BLEND_STEPS + 1)]
-    weights = np.asarray(weights, np.float64)
-
-    def per_example(w: float) -> np.ndarray:
-        return _per_example_loss(head, blended(head, neural, forest, w), labels)
-
-    def mean(losses: np.ndarray) -> float:
-        return float(weights @ losses / weights.sum())
-
-    table = np.stack([per_example(w) for w in grid], 1)  # [records, w]
-    losses = {w: mean(column) for w, column in zip(grid, table.T)}
-    best = _lowest(grid, weights @ table)
-    rng = np.random.default_rng(seed)
-    n = len(labels)
-    draws = [
-        _lowest(grid, (np.bincount(rng.integers(0, n, n), minlength=n) * weights) @ table)
-        for _ in range(BOOTSTRAPS)
-    ]
-    spread = float(np.std(draws))
-    chosen = pulled(best, spread)
-    if chosen not in losses:
-        losses[chosen] = mean(per_example(chosen))
-    return Weighing(chosen, best, spread, losses)
-
-
-def pulled(choice: float, spread: float, prior_sd: float = WEIGHT_PRIOR_SD) -> float:
-    """Validation's `choice` of the weight, pulled towards 1/2 as far as its `spread`
-    says it is unsure: 0.5 + (choice - 0.5) * prior_sd^2 / (prior_sd^2 + spread^2)."""
-    return round(0.5 + (choice - 0.5) * prior_sd**2 / (prior_sd**2 + spread**2), 4)
-
-
-def _per_example_loss(head: heads.Head, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """The head's loss of each record, in float64 for the sums over records."""
-    per_example = head.loss(_labels(head, labels), tf.constant(logits, tf.float32))
-    return per_example.numpy().astype(np.float64)
-
-
-def _lowest(grid: list[float], totals: np.ndarray) -> float:
-    """The w of the lowest total; ties (within float32's rounding: trees that add
-    nothing) keep the neural model."""
-    lowest = float(np.min(totals))
-    return max(w for w, total in zip(grid, totals) if total <= lowest + 1e-6 * abs(lowest))
-
-
-def choose_temperature(
-    head: heads.Head, logits: np.ndarray, labels: np.ndarray, weights: np.ndarray
-) -> tuple[float, float]:
-    """The temperature (classes only: 1 for regression) by which dividing `logits` gives
-    the lowest log loss on these records, from 1/2 to 4, and that loss. 1 unless another
-    is better by more than float32's rounding."""
-
-    def loss(t: float) -> float:
-        return _mean_loss(head, logits / t, labels, weights)
-
-    plain = loss(1.0)
-    if head.task == "regression":
-        return 1.0, plain
-    grid = [float(t) for t in np.geomspace(0.5, 4.0, TEMPERATURES)]
-    best = min(grid, key=loss)
-    return (best, loss(best)) if loss(best) < plain - 1e-6 * abs(plain) else (1.0, plain)
-
-
-def _labels(head: heads.Head, labels: np.ndarray) -> tf.Tensor:
-    """Labels as the head's loss takes them: float32 numbers, or int32 class indices."""
-    return tf.constant(labels, tf.float32 if head.task == "regression" else tf.int32)
-
-
-def blended(head: heads.Head, neural: np.ndarray, forest: np.ndarray, w: float) -> np.ndarray:
-    """The logits (numpy) of two models' blend, `w` for the first, as Blend computes it."""
-    return mixture(head, neural, [forest], [w, 1 - w])
-
-
-def mixture(
-    head: heads.Head, neural: np.ndarray, forests: list[np.ndarray], weights: list[float]
-) -> np.ndarray:
-    """The blend's logits (numpy) of the neural model and trees members, `weights` in
-    that order, as the exported model computes them."""
-    layer = blend_lib.Blend(head, weights)
-    return layer(
-        tf.constant(neural, tf.float32), [tf.constant(f, tf.float32) for f in forests]
-    ).numpy()
-
-
-def _mean_loss(head: heads.Head, logits: np.ndarray, labels: np.ndarray, weights) -> float:
-    """The weighted mean of the head's loss over these records."""
-    weights = np.asarray(weights, np.float64)
-    return float(weights @ _per_example_loss(head, logits, labels) / weights.sum())
