@@ -159,10 +159,10 @@ def fit_lightgbm(plan: plan_lib.Plan, data: dict, params: dict) -> tuple:
     trees (forest.fit), with `params` over the first member's own."""
     import lightgbm
 
+    params = {**forest.lightgbm_params(plan), **params}
+    rounds = params.pop("num_iterations", None)  # a candidate's own cap
     start = time.monotonic()
-    text = forest.fit(
-        plan, {**forest.lightgbm_params(plan), **params}, data["train"], data["validation"]
-    )
+    text = forest.fit(plan, params, data["train"], data["validation"], rounds)
     seconds = time.monotonic() - start
     booster = lightgbm.Booster(model_str=text)
     logging.info(

@@ -34,9 +34,9 @@ def test_the_trees_matrix_holds_the_job_s_training_records(fake_gcs, job_uri):
     assert len(x) == 100
 
 
-def test_a_member_s_own_cap_bounds_its_rounds(fake_gcs, job_uri, monkeypatch):
-    """A candidate's `num_iterations` (benchmarks.tree_members') caps its rounds in place
-    of ROUNDS, and the parameters handed to `fit` are left as they were."""
+def test_the_rounds_cap_bounds_a_fit(fake_gcs, job_uri, monkeypatch):
+    """Both members run up to ROUNDS; a caller's `rounds` (benchmarks.tree_members'
+    candidates) caps a fit in its place."""
     import lightgbm
 
     plan = plan_lib.make_plan(make_config(fake_gcs, job_uri, task="regression"))
@@ -45,13 +45,13 @@ def test_a_member_s_own_cap_bounds_its_rounds(fake_gcs, job_uri, monkeypatch):
     monkeypatch.setattr(forest, "PATIENCE", 10_000)  # validation on the training records
     monkeypatch.setattr(forest, "ROUNDS", 5)  # keeps improving: every round is run
 
-    def rounds(params: dict) -> int:
-        return lightgbm.Booster(model_str=forest.fit(plan, params, train, train)).num_trees()
+    def trees_of(params: dict, **cap) -> int:
+        text = forest.fit(plan, params, train, train, **cap)
+        return lightgbm.Booster(model_str=text).num_trees()
 
-    assert rounds(forest.lightgbm_params(plan)) == 5
-    params = {**forest.lightgbm_params(plan), "num_iterations": 7}
-    assert rounds(params) == 7 and params["num_iterations"] == 7
-    assert rounds(forest.lightgbm_params(plan, "shallow_trees")) == 5  # the job's: ROUNDS
+    assert trees_of(forest.lightgbm_params(plan)) == 5
+    assert trees_of(forest.lightgbm_params(plan, "shallow_trees")) == 5
+    assert trees_of(forest.lightgbm_params(plan), rounds=7) == 7
 
 
 @pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import blend_rules, tree_members
-from trainer.train import weighing
+from trainer.train import forest, weighing
 
 from conftest import BUCKET, data_globs, run_python, task_args
 
@@ -41,7 +41,9 @@ def test_the_job_is_found_by_table_and_seed(kept_job):
     assert tree_members.job_dirs(os.path.dirname(job_dir), "tin") == {}
 
 
-def test_lightgbm_refitted_from_the_job_s_directory_gives_the_job_s_own_trees(kept_job):
+def test_lightgbm_refitted_from_the_job_s_directory_gives_the_job_s_own_trees(
+    kept_job, monkeypatch
+):
     job, job_dir = kept_job
     plan = tree_members.job_plan(job_dir)
     data = tree_members.matrices(plan)
@@ -57,6 +59,19 @@ def test_lightgbm_refitted_from_the_job_s_directory_gives_the_job_s_own_trees(ke
     validation, test, _ = tree_members.fit_lightgbm(plan, data, shallow)
     np.testing.assert_allclose(validation, job["validation_member_shallow_trees"], atol=1e-9)
     np.testing.assert_allclose(test, job["test_member_shallow_trees"], rtol=0, atol=1e-9)
+    # A candidate's num_iterations is its cap of rounds, not a parameter for LightGBM.
+    caps = []
+    fit = forest.fit
+    monkeypatch.setattr(
+        forest,
+        "fit",
+        lambda plan, params, *data: caps.append((params, data[2])) or fit(plan, params, *data),
+    )
+    tree_members.fit_lightgbm(plan, data, {"num_iterations": 3})
+    assert caps[0][1] == 3 and "num_iterations" not in caps[0][0]
+    tree_members.fit_lightgbm(plan, data, {})
+    assert caps[1][1] is None  # the job's own cap
+    monkeypatch.setattr(forest, "fit", fit)
     # Another member's parameters give other trees.
     other, _, _ = tree_members.fit_lightgbm(plan, data, {"num_leaves": 4, "learning_rate": 0.3})
     assert np.max(np.abs(other - job["validation_member_trees"])) > 1e-3

@@ -82,7 +82,7 @@ MEMBERS = {
         contracts.SHALLOW_TREES_FILE,
     ),
 }
-ROUNDS = 1000  # a member's cap of rounds unless its parameters say (num_iterations)
+ROUNDS = 1000
 PATIENCE = 300
 # Fixed, whatever the machine: LightGBM's sums, and so its trees, depend on the threads.
 THREADS = 2
@@ -215,20 +215,21 @@ def fit_or_load(
     return found
 
 
-def fit(plan: plan_lib.Plan, params: dict, train: tuple, valid: tuple) -> str:
-    """LightGBM of `params` fitted on `train` (columns, target, weights), stopped early on
-    `valid`: its best rounds, in LightGBM's text format."""
+def fit(
+    plan: plan_lib.Plan, params: dict, train: tuple, valid: tuple, rounds: int | None = None
+) -> str:
+    """LightGBM of `params` fitted on `train` (columns, target, weights) for up to
+    `rounds` (ROUNDS), stopped early on `valid`: its best rounds, in LightGBM's text
+    format."""
     import lightgbm
 
     categorical = trees.categorical_columns(plan.schema)
     (x, y, w), (vx, vy, vw) = train, valid
-    params = dict(params)
-    rounds = params.pop("num_iterations", ROUNDS)  # a candidate's own cap (benchmarks)
     data = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
     booster = lightgbm.train(
         params,
         data,
-        num_boost_round=rounds,
+        num_boost_round=ROUNDS if rounds is None else rounds,
         valid_sets=[
             lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=data)
         ],
