@@ -39,9 +39,10 @@ def blend(plan, neural, strategy, is_chief):
     validation = forest.matrix(plan, splits.validation_files, splits.validation_part, None)[0]
     x, labels, weights = forest.matrix(plan, splits.test_files, None, None)
     kept = {f"validation_{k}": np.asarray(v) for k, v in _validation.items()}
-    for name in forest.MEMBERS:  # validation's as weighed; test's as exported (refitted)
-        kept[f"validation_member_{name}"] = blended.validated.get_layer(name)(validation).numpy()
-        kept[f"test_member_{name}"] = blended.model.get_layer(name)(x).numpy()
+    for name in forest.MEMBERS:
+        member = blended.model.get_layer(name)
+        kept[f"validation_member_{name}"] = member(validation).numpy()
+        kept[f"test_member_{name}"] = member(x).numpy()
     w1 = blended.info["treesWeight"]
     np.savez(
         os.environ["BLEND_PREDICTIONS"],

@@ -156,26 +156,23 @@ def matrices(plan: plan_lib.Plan) -> dict[str, tuple]:
 
 def fit_lightgbm(plan: plan_lib.Plan, data: dict, params: dict) -> tuple:
     """(validation scores, test scores, seconds) of LightGBM fitted as the job fits its
-    trees (forest.fit, then forest.refit), with `params` over the first member's own."""
+    trees (forest.fit), with `params` over the first member's own."""
     import lightgbm
 
     params = {**forest.lightgbm_params(plan), **params}
     rounds = params.pop("num_iterations", None)  # a candidate's own cap
     start = time.monotonic()
     text = forest.fit(plan, params, data["train"], data["validation"], rounds)
-    stopped = lightgbm.Booster(model_str=text)
-    kept = stopped.current_iteration()
-    refitted = lightgbm.Booster(
-        model_str=forest.refit(plan, params, data["train"], data["validation"], kept)
-    )
     seconds = time.monotonic() - start
-    logging.info("%s: %d rounds kept, both fits in %.2f s", params, kept, seconds)
+    booster = lightgbm.Booster(model_str=text)
+    logging.info(
+        "%s: %d rounds kept, fitted in %.2f s", params, booster.current_iteration(), seconds
+    )
 
-    def scores(booster, a):
+    def scores(a):
         return np.asarray(booster.predict(a, raw_score=True), np.float64).reshape(len(a), -1)
 
-    # As the job: weighed by the fit validation stopped, tested with the refitted one.
-    return scores(stopped, data["validation"][0]), scores(refitted, data["test"][0]), seconds
+    return scores(data["validation"][0]), scores(data["test"][0]), seconds
 
 
 def fit_catboost(plan: plan_lib.Plan, data: dict) -> tuple:

@@ -54,27 +54,6 @@ def test_the_rounds_cap_bounds_a_fit(fake_gcs, job_uri, monkeypatch):
     assert trees_of(forest.lightgbm_params(plan), rounds=7) == 7
 
 
-def test_a_refit_learns_from_the_validation_records_for_scaled_rounds(fake_gcs, job_uri):
-    """`refit` fits training and validation records together for the rounds validation
-    chose times their count's ratio: validation records that repeat the training records
-    with their target + 3 move its predictions by 3 x their share, 1.5."""
-    import lightgbm
-
-    plan = plan_lib.make_plan(make_config(fake_gcs, job_uri, task="regression"))
-    x, y, w = forest.matrix(plan, plan.splits.train_files, plan.splits.train_part, None)
-    target = forest._target(plan.head, y)
-    train, valid = (x, target, w), (x[:128], target[:128] + 3.0, w[:128])
-    params = forest.lightgbm_params(plan)
-    refitted = lightgbm.Booster(model_str=forest.refit(plan, params, train, valid, 40))
-    assert refitted.num_trees() == round(40 * (512 + 128) / 512) == 50
-    valid = (x, target + 3.0, w)
-    stopped = lightgbm.train(params, forest._dataset(plan, *train), num_boost_round=40)
-    refitted = lightgbm.Booster(model_str=forest.refit(plan, params, train, valid, 40))
-    assert refitted.num_trees() == 80
-    shift = np.mean(refitted.predict(x) - stopped.predict(x))
-    assert shift == pytest.approx(1.5, abs=0.1)
-
-
 @pytest.mark.parametrize("task", ["binary", "multiclass", "regression"])
 def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, caplog):
     config = make_config(fake_gcs, job_uri, task=task, trees="auto", train_steps=60)
@@ -102,16 +81,9 @@ def test_a_job_blends_trees_into_its_export(fake_gcs, store, job_uri, task, capl
     assert losses["treesBlend"] <= max(losses["trees"], losses["shallow_trees"]) * (1 + 1e-6)
     assert losses["blend"] <= max(losses["neural"], losses["treesBlend"]) * (1 + 1e-6)
     assert losses["calibrated"] <= losses["blend"]
-    # The final model's trees learned from the validation records too: more records, and
-    # rounds scaled by their count; model_dir holds them, checkpoint_dir both fits.
-    validation_records = int(metrics["validation"]["examples"])
-    assert blend["refitRecords"] == 512 + validation_records
-    for name, rounds in blend["treeRounds"].items():
-        assert blend["refitRounds"][name] == round(rounds * blend["refitRecords"] / 512)
     for name in ("trees.txt", "shallow_trees.txt"):
-        exported = store.read_bytes(f"{job_uri}/model/{name}")
-        assert exported == store.read_bytes(f"{job_uri}/checkpoints/{forest.REFIT}{name}")
-        assert exported != store.read_bytes(f"{job_uri}/checkpoints/{name}")
+        assert store.exists(f"{job_uri}/model/{name}")
+        assert store.exists(f"{job_uri}/checkpoints/{name}")
     # The served model is the blend: its probabilities (numbers) are the job's model's.
     output = "predictions" if task == "regression" else "probabilities"
     records = read_records(store, data_globs(task)[1], 32)
@@ -155,7 +127,6 @@ def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):
     config = make_config(fake_gcs, job_uri, trees="auto", train_steps=20)
     run_job(config)
     first = store.read_json(f"{job_uri}/model/metrics.json")
-    exported = store.read_bytes(f"{job_uri}/model/trees.txt")
     # The export is removed: the job trains no more, but fits no new trees either.
     store.remove_tree(f"{job_uri}/model")
     with caplog.at_level(logging.INFO):
@@ -172,19 +143,11 @@ def test_a_restarted_job_reuses_its_trees(fake_gcs, store, job_uri, caplog):
     assert caplog.text.count("as fitted before this restart") == 1
     assert store.read_bytes(f"{job_uri}/checkpoints/shallow_trees.txt") == kept
     _assert_same_blend(store.read_json(f"{job_uri}/model/metrics.json"), first)
-    # Killed before a refit was kept: it is fitted again, the same, and so is the export.
-    refit = f"{job_uri}/checkpoints/{forest.REFIT}trees.txt"
-    assert store.read_bytes(refit) == exported
-    os.remove(store.path(refit))
-    store.remove_tree(f"{job_uri}/model")
-    run_job(config)
-    assert store.read_bytes(f"{job_uri}/model/trees.txt") == exported
-    _assert_same_blend(store.read_json(f"{job_uri}/model/metrics.json"), first)
 
 
 def _assert_same_blend(metrics: dict, first: dict) -> None:
     """The same weights and trees, and so the same validation log loss (1e-6)."""
-    for key in ("neuralWeight", "treesWeight", "treeRounds", "refitRounds"):
+    for key in ("neuralWeight", "treesWeight", "treeRounds"):
         assert metrics["blend"][key] == first["blend"][key]
     assert metrics["validation"]["logLoss"] == pytest.approx(
         first["validation"]["logLoss"], abs=1e-6

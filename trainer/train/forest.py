@@ -10,20 +10,14 @@ on), each stopping early on the validation records (MEMBERS):
   leaf-wise trees of up to 50-100 leaves;
 - `shallow_trees`: CatBoost-like ones: at most 6 levels, a small rate, L2 3 and
   randomised split thresholds (`extra_trees`).
-Each is then fitted again on the training and the validation records together, for the
-rounds validation chose scaled by how many more records that is (`refit`): the exported
-trees learn from every labelled record, as a boosting library's own fit does (on the
-40 benchmark tables' default jobs: docs/decisions.md, "The trees learn from the
-validation records too"). The fits are deterministic (LightGBM's `deterministic`,
-row-wise histograms, a fixed thread count and the job's seed): every worker of a cluster
-fits the very same trees, and the chief keeps both fits beside the checkpoints, so a
-restarted job reuses them.
+The fits are deterministic (LightGBM's `deterministic`, row-wise histograms, a fixed
+thread count and the job's seed): every worker of a cluster fits the very same trees,
+and the chief keeps them beside the checkpoints (contracts.TREES_FILE,
+SHALLOW_TREES_FILE), so a restarted job reuses them.
 
 Then the blend: the two trees members weighed against each other, their blend against
-the neural model, both on the validation records and with the trees validation stopped
-(trainer.train.weighing); the same mixture of the three with the refitted trees is the
-model exported (trainer.model.blend). What the job reports of the validation records
-is the validated blend's: the refitted trees have seen them.
+the neural model, both on the validation records (trainer.train.weighing), exported as
+one mixture of the three (trainer.model.blend).
 """
 
 from __future__ import annotations
@@ -90,9 +84,6 @@ MEMBERS = {
 }
 ROUNDS = 1000
 PATIENCE = 300
-# checkpoint_dir's name of a member's refitted trees (REFIT + its file); model_dir holds
-# them under the member's own file name, as the SavedModel does.
-REFIT = "refit_"
 # Fixed, whatever the machine: LightGBM's sums, and so its trees, depend on the threads.
 THREADS = 2
 BATCH = 4096
@@ -100,13 +91,10 @@ BATCH = 4096
 
 @dataclasses.dataclass(frozen=True)
 class Blended:
-    """The job's final model (the refitted trees), the same blend with the trees
-    validation stopped (what was weighed, and what validation data measures), what
-    metrics.json says of them, and the final model's trees members as text (file name ->
-    LightGBM's model)."""
+    """The job's final model, what metrics.json says of it, and its trees members as
+    text (file name -> LightGBM's model)."""
 
     model: keras.Model
-    validated: keras.Model
     info: dict
     trees: dict[str, str]
 
@@ -119,9 +107,7 @@ def blend(
     splits = plan.splits
     start = time.monotonic()
     x, labels, weights = matrix(plan, splits.validation_files, splits.validation_part, None)
-    members_fitted = fit_or_load(plan, plan.storage, is_chief, (x, labels, weights))
-    fitted = {name: stopped for name, (stopped, _) in members_fitted.items()}
-    refitted = {name: refit for name, (_, refit) in members_fitted.items()}
+    fitted = fit_or_load(plan, plan.storage, is_chief, (x, labels, weights))
     seconds = time.monotonic() - start
     logits = neural_logits(plan, neural, splits.validation_files, splits.validation_part)
     first, second = (trees.Forest(f.arrays, f.booster)(x).numpy() for f in fitted.values())
@@ -136,27 +122,22 @@ def blend(
     final = weighing.mixture(plan.head, logits, [first, second], list(members.values()))
     temperature, calibrated = weighing.choose_temperature(plan.head, final, labels, weights)
     with strategy.scope():
-        validated, model = (
-            blend_lib.blended_model(
-                neural,
-                plan.schema,
-                plan.head,
-                {name: (f.arrays, f.booster) for name, f in forests.items()},
-                list(members.values()),
-                temperature,
-            )
-            for forests in (fitted, refitted)
+        model = blend_lib.blended_model(
+            neural,
+            plan.schema,
+            plan.head,
+            {name: (f.arrays, f.booster) for name, f in fitted.items()},
+            list(members.values()),
+            temperature,
         )
     records = max(f.records for f in fitted.values())
     logging.info(
-        "blend: boosted trees: %s (%s records), refitted with the validation records: %s "
-        "(%.1fs in all); weighed %.2f trees : %.2f "
+        "blend: boosted trees: %s (%s records, %.1fs); weighed %.2f trees : %.2f "
         "shallow_trees (their own choice %.2f, spread %.2f); weighed %.2f neural : %.2f "
         "trees on %d validation records (their own choice %.2f, spread %.2f over "
         "resamples; loss %.5g; neural alone %.5g, trees alone %.5g)%s",
         ", ".join(f"{name} {f.rounds} rounds" for name, f in fitted.items()),
         f"{records:,}" if records else "kept",
-        ", ".join(f"{name} {f.rounds} rounds" for name, f in refitted.items()),
         seconds,
         inner.weight,
         1 - inner.weight,
@@ -184,8 +165,6 @@ def blend(
         "temperature": temperature,
         "treeRounds": {name: f.rounds for name, f in fitted.items()},
         "treeRecords": records,
-        "refitRounds": {name: f.rounds for name, f in refitted.items()},
-        "refitRecords": max(f.records for f in refitted.values()),
         "treeSeconds": round(seconds, 3),
         "validationLoss": {
             "neural": losses[1.0],
@@ -195,9 +174,7 @@ def blend(
             "calibrated": calibrated,
         },
     }
-    return Blended(
-        model, validated, info, {MEMBERS[name][1]: f.model for name, f in refitted.items()}
-    )
+    return Blended(model, info, {MEMBERS[name][1]: f.model for name, f in fitted.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,37 +191,27 @@ class Fitted:
 
 def fit_or_load(
     plan: plan_lib.Plan, storage: storage_lib.Storage, is_chief: bool, validation: tuple
-) -> dict[str, tuple[Fitted, Fitted]]:
-    """The job's trees members by name (MEMBERS' order), each as validation stopped it
-    and as refitted on the training and `validation` records (`matrix`'s columns, labels
-    and weights): those kept beside its checkpoints, else fitted now and kept by the
-    chief."""
+) -> dict[str, Fitted]:
+    """The job's trees members by name (MEMBERS' order): those kept beside its
+    checkpoints, else fitted now, stopped early on `validation` (`matrix`'s columns,
+    labels and weights), and kept by the chief."""
     vx, vy, vw = validation
     valid = (vx, _target(plan.head, vy), vw)
-    found: dict[str, tuple[Fitted, Fitted]] = {}
+    found: dict[str, Fitted] = {}
     train = None
     for name, (_, file) in MEMBERS.items():
-        paths = [storage_lib.join(plan.checkpoint_dir, f) for f in (file, REFIT + file)]
-        if all(storage.exists(p) for p in paths):
-            stopped, refitted = (_fitted(storage.read_bytes(p).decode(), 0) for p in paths)
-            logging.info("%s: as fitted before this restart", name)
-            found[name] = (stopped, refitted)
+        path = storage_lib.join(plan.checkpoint_dir, file)
+        if storage.exists(path):
+            found[name] = _fitted(storage.read_bytes(path).decode(), 0)
+            logging.info("%s: %d rounds, as fitted before this restart", name, found[name].rounds)
             continue
         if train is None:  # one read of the training records for both members
             x, y, w = matrix(plan, plan.splits.train_files, plan.splits.train_part, TREE_RECORDS)
             train = (x, _target(plan.head, y), w)
-        params = lightgbm_params(plan, name)
-        # Killed between the two fits' writes: the stopped one is kept, the refit redone.
-        kept = storage.exists(paths[0])
-        text = storage.read_bytes(paths[0]).decode() if kept else fit(plan, params, train, valid)
-        stopped = _fitted(text, 0 if kept else len(train[1]))
-        refitted = _fitted(
-            refit(plan, params, train, valid, stopped.rounds), len(train[1]) + len(vy)
-        )
+        text = fit(plan, lightgbm_params(plan, name), train, valid)
         if is_chief:
-            storage.write_bytes(paths[0], stopped.model.encode())
-            storage.write_bytes(paths[1], refitted.model.encode())
-        found[name] = (stopped, refitted)
+            storage.write_bytes(path, text.encode())
+        found[name] = _fitted(text, len(train[1]))
     return found
 
 
@@ -256,40 +223,19 @@ def fit(
     format."""
     import lightgbm
 
-    (vx, vy, vw) = valid
-    data = _dataset(plan, *train)
+    categorical = trees.categorical_columns(plan.schema)
+    (x, y, w), (vx, vy, vw) = train, valid
+    data = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
     booster = lightgbm.train(
         params,
         data,
         num_boost_round=ROUNDS if rounds is None else rounds,
-        valid_sets=[_dataset(plan, vx, vy, vw, reference=data)],
+        valid_sets=[
+            lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=data)
+        ],
         callbacks=[lightgbm.early_stopping(PATIENCE, verbose=False)],
     )
     return booster.model_to_string(num_iteration=booster.best_iteration)
-
-
-def refit(plan: plan_lib.Plan, params: dict, train: tuple, valid: tuple, rounds: int) -> str:
-    """LightGBM of `params` fitted on `train` and `valid` together, with nothing to stop
-    it, for the `rounds` validation chose scaled by the records' count (more records
-    carry more rounds before they overfit; the count's ratio was fixed before it was
-    measured, not tuned)."""
-    import lightgbm
-
-    (x, y, w), (vx, vy, vw) = train, valid
-    scaled = max(1, round(rounds * (len(y) + len(vy)) / len(y)))
-    data = _dataset(plan, np.concatenate([x, vx]), np.concatenate([y, vy]), np.concatenate([w, vw]))
-    return lightgbm.train(params, data, num_boost_round=scaled).model_to_string()
-
-
-def _dataset(plan: plan_lib.Plan, x, y, w, reference=None):
-    """LightGBM's Dataset of (columns, target, weights), the schema's categorical columns
-    as LightGBM's categoricals."""
-    import lightgbm
-
-    categorical = trees.categorical_columns(plan.schema)
-    return lightgbm.Dataset(
-        x, y, weight=w, categorical_feature=categorical, reference=reference, free_raw_data=True
-    )
 
 
 def lightgbm_params(plan: plan_lib.Plan, member: str = "trees") -> dict:

@@ -260,13 +260,10 @@ class _Job:
                 )
             self.loops = self.loops.with_model(model)
             validate = self._evaluator(plan.splits.validation_files, plan.splits.validation_part)
-        blended, final = None, self.loops  # final: the model tested and exported
+        blended = None
         if plan.trees:  # from here on, the job's model is the blend
             blended = forest.blend(plan, self.loops.model, self.strategy, self.is_chief)
-            # Validation data measures the blend as weighed: the refitted trees of the final
-            # one have learned from it.
-            self.loops = self.loops.with_model(blended.validated)
-            final = self.loops.with_model(blended.model)
+            self.loops = self.loops.with_model(blended.model)
             validate = self._evaluator(plan.splits.validation_files, plan.splits.validation_part)
         self.history.trained()
         summary, sums, data = validation.final(
@@ -275,7 +272,7 @@ class _Job:
             self.selection,
             selected,
             validate,
-            self._evaluator(plan.splits.test_files, loops=final),
+            self._evaluator(plan.splits.test_files),
         )
         if blended:
             summary["blend"] = blended.info
@@ -297,7 +294,6 @@ class _Job:
         if blended:
             files.update(blended.trees)
         files[contracts.PLAN_FILE] = plan.to_json()
-        self.loops = final
         logging.info(
             "final metrics: %s%s",
             validation.fmt(metrics),
@@ -324,11 +320,9 @@ class _Job:
             step=int(metrics["step"]),
         )
 
-    def _evaluator(
-        self, files: list[str], part=None, loops: loops_lib.Loops | None = None
-    ) -> validation.Evaluate:
+    def _evaluator(self, files: list[str], part=None) -> validation.Evaluate:
         return validation.evaluator(
-            loops or self.loops, [self.storage.path(f) for f in files], self.plan, part
+            self.loops, [self.storage.path(f) for f in files], self.plan, part
         )
 
     def _on_a_sample(self, step: int) -> dict:
