@@ -92,7 +92,8 @@ def test_the_job_s_own_second_member_replays_the_job_s_figure(kept_job):
     # job's own test AUC, 1.0 included).
     reversed_ = -8.0 * (2.0 * job["test_labels"][:, None] - 1.0)
     seen = 8.0 * (2.0 * job["validation_labels"][:, None] - 1.0)
-    assert own > 0.9 and tree_members.two_stage(job, head, seen, reversed_)["auRoc"] < 0.1
+    assert own > 0.9  # so that a blend that ignored the member could not pass below
+    assert tree_members.two_stage(job, head, seen, reversed_)["auRoc"] < 0.1
 
 
 def test_the_replay_of_a_job_reads_its_figures_and_its_races(kept_job, tmp_path):
