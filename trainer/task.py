@@ -60,7 +60,7 @@ flags.DEFINE_float(
     "holdout_fraction",
     D["holdout_fraction"],
     "Without --validation_data, this fraction of the training records "
-    "(chosen by a hash of each record) validates instead of training; 0: no "
+    "(chosen by a hash of each record and its position) validates instead of training; 0: no "
     "validation, the last model is exported.",
 )
 flags.DEFINE_string(

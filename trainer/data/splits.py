@@ -1,10 +1,13 @@
 """Which records train, which validate (select the model) and which test it.
 
 Validation data is --validation_data or, without it, records held out of the training
-files (--holdout_fraction). A record is held out when the hash of its serialized bytes
-falls in the first `fraction` of the hash's range: the choice depends on the record alone,
-not on file order, sharding, the number of workers or a restart, and identical records
-(duplicates) always land on the same side, so none is trained on and validated on at once.
+files (--holdout_fraction). A record is held out when the hash of its serialized bytes and
+its position in its file falls in the first `fraction` of the hash's range: the choice
+depends on the record and where it is, not on the order files are read in, sharding, the
+number of workers or a restart. Identical records (copies) are held out like any others,
+each on its own: where a table repeats records, validation repeats them as future data
+will (hashing the bytes alone kept copies together, and validation then held only records
+that training never saw: docs/decisions.md, "The holdout splits copies").
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ class Part:
     fraction: float
     held_out: bool
 
-    def __call__(self, serialized: tf.Tensor) -> tf.Tensor:
-        """A bool mask: which of a vector of serialized records are on this side."""
+    def __call__(self, serialized: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+        """A bool mask: which of a vector of serialized records, at `positions` (int64,
+        each record's index in its file), are on this side."""
+        keys = tf.strings.join([serialized, tf.strings.as_string(positions)], separator="\0")
         # FarmHash Fingerprint64: stable across platforms and TensorFlow versions.
-        bucket = tf.strings.to_hash_bucket_fast(serialized, BUCKETS)
+        bucket = tf.strings.to_hash_bucket_fast(keys, BUCKETS)
         inside = bucket < round(self.fraction * BUCKETS)
         return inside if self.held_out else tf.logical_not(inside)
 
