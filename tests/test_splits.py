@@ -3,7 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
-from trainer.data import records, splits
+from trainer.base import storage as storage_lib
+from trainer.data import records, scan, splits
 
 from conftest import data_globs, make_config, read_records
 
@@ -102,13 +103,18 @@ def test_blocks_of_any_size_keep_the_records_of_their_positions(tmp_path):
         paths.append(path)
         mask = splits.Part(0.25, True)(tf.constant(data), positions(len(data))).numpy()
         expected.append([r for r, m in zip(data, mask) if m])
+    held = sorted(r for part in expected for r in part)
     for block in (7, 256):
         kept = records.read_blocks(
             paths, skip_corrupt=False, block=block, keep=splits.Part(0.25, True)
         )
-        got = sorted(r for b in kept for r in b.numpy())
-        assert got == sorted(r for part in expected for r in part), block
+        assert sorted(r for b in kept for r in b.numpy()) == held, block
+    # The schema's sample (record by record) keeps the same records.
+    sampled = scan.sample_records(
+        storage_lib.Storage(), paths, 10_000, keep=splits.Part(0.25, True)
+    )
+    assert sorted(r for _, r in sampled) == held
     # Some copies of b"copy" train and some validate, in each of the big files.
-    for path, held in zip(paths[1:], expected[1:]):
-        copies = held.count(b"copy")
+    for path, part in zip(paths[1:], expected[1:]):
+        copies = part.count(b"copy")
         assert 0 < copies < 50, (path, copies)
