@@ -78,7 +78,7 @@ def main(argv):
     )
     for task in ("regression", "multiclass"):
         booster = fitted(task)
-        arrays = trees.from_lightgbm(booster.dump_model())
+        arrays = trees.from_lightgbm(booster.model_to_string())
         x, _ = table(FLAGS.records, 1)
         expected = booster.predict(x, raw_score=True).reshape(len(x), -1)
         name = f"{task}: {arrays.column.shape[0]} trees, depth {arrays.depth}"

@@ -59,7 +59,7 @@ def test_forests_without_categories_take_their_shorter_path_to_the_same_scores(n
 
 
 def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
-    arrays = trees.from_lightgbm(booster.dump_model())
+    arrays = trees.from_lightgbm(booster.model_to_string())
     assert arrays.categorical.any() == categorical and arrays.depth > 2
     test, _ = _data(500, seed=1)
     test[0, 1] = 40  # a slot never seen in training
@@ -85,7 +85,7 @@ def test_the_job_s_forest_asks_lightgbm_in_its_graph_and_the_export_s_walks_ops(
         lightgbm.Dataset(x, np.digitize(signal, np.quantile(signal, [1 / 3, 2 / 3]))),
         num_boost_round=10,
     )
-    forest = trees.Forest(trees.from_lightgbm(booster.dump_model()), booster)
+    forest = trees.Forest(trees.from_lightgbm(booster.model_to_string()), booster)
     expected = booster.predict(x, raw_score=True)
     model = tf.function(forest, input_signature=[tf.TensorSpec([None, x.shape[1]], tf.float64)])
     for n in (0, 1, 300):
@@ -115,7 +115,7 @@ def test_a_forest_of_single_leaves_is_its_constant():
         lightgbm.Dataset(x, signal),
         num_boost_round=3,
     )
-    arrays = trees.from_lightgbm(booster.dump_model())
+    arrays = trees.from_lightgbm(booster.model_to_string())
     for forest in (trees.Forest(arrays, booster), trees.Forest(arrays)):
         got = forest(tf.constant(x)).numpy()
         np.testing.assert_allclose(got[:, 0], booster.predict(x, raw_score=True), atol=1e-9)

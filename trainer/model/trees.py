@@ -117,13 +117,17 @@ class Arrays:
     depth: int
 
 
-def from_lightgbm(dump: dict) -> Arrays:
-    """Arrays from `Booster.dump_model()`."""
-    trees = [t["tree_structure"] for t in dump["tree_info"]]
-    nodes = max(1, max(t["num_leaves"] - 1 for t in dump["tree_info"]))
-    leaves = max(t["num_leaves"] for t in dump["tree_info"])
-    shape = (len(trees), nodes)
-    a = {
+def from_lightgbm(model: str) -> Arrays:
+    """Arrays from LightGBM's model text (`Booster.model_to_string()`), read directly:
+    6.2x faster than through `Booster.dump_model()`'s JSON, the same arrays
+    (docs/decisions.md)."""
+    header, *blocks = model.split("end of trees", 1)[0].split("\nTree=")
+    fields = [_fields(block) for block in blocks]
+    outputs = int(_fields(header)["num_tree_per_iteration"])
+    counts = [int(f["num_leaves"]) for f in fields]
+    nodes, leaves = max([1, *(n - 1 for n in counts)]), max([1, *counts])
+    shape = (len(fields), nodes)
+    a: dict[str, np.ndarray] = {
         "column": np.zeros(shape, np.int32),
         "threshold": np.zeros(shape, np.float64),
         "categorical": np.zeros(shape, bool),
@@ -132,44 +136,68 @@ def from_lightgbm(dump: dict) -> Arrays:
         "default_left": np.zeros(shape, bool),
         "left": np.full(shape, -1, np.int32),
         "right": np.full(shape, -1, np.int32),
-        "leaf_value": np.zeros((len(trees), leaves), np.float64),
-        "root": np.zeros(len(trees), np.int32),
+        "leaf_value": np.zeros((len(fields), leaves), np.float64),
+        "root": np.where(np.array(counts, np.int32) > 1, 0, -1).astype(np.int32),
     }
     sets: list[list[int]] = []
-    depth = 0
-
-    def pointer(node: dict) -> int:
-        return node["split_index"] if "split_index" in node else -node.get("leaf_index", 0) - 1
-
-    for t, root in enumerate(trees):
-        a["root"][t] = pointer(root)
-        stack = [(root, 1)]
-        while stack:
-            node, level = stack.pop()
-            if "split_index" not in node:
-                a["leaf_value"][t, node.get("leaf_index", 0)] = node["leaf_value"]
-                depth = max(depth, level - 1)
-                continue
-            n = node["split_index"]
-            a["column"][t, n] = node["split_feature"]
-            a["missing"][t, n] = _MISSING[node["missing_type"]]
-            a["default_left"][t, n] = node["default_left"]
-            if node["decision_type"] == "==":
-                a["categorical"][t, n] = True
-                a["category_set"][t, n] = len(sets)
-                sets.append([int(v) for v in str(node["threshold"]).split("||")])
-            else:
-                a["threshold"][t, n] = float(node["threshold"])
-            a["left"][t, n] = pointer(node["left_child"])
-            a["right"][t, n] = pointer(node["right_child"])
-            stack += [(node["left_child"], level + 1), (node["right_child"], level + 1)]
+    for t, (f, n) in enumerate(zip(fields, counts)):
+        a["leaf_value"][t, :n] = _numbers(f["leaf_value"], np.float64)
+        if n == 1:  # one leaf: no split arrays to read
+            continue
+        kind = _numbers(f["decision_type"], np.int32)  # LightGBM's tree.h bits
+        threshold = _numbers(f["threshold"], np.float64)
+        categorical = (kind & 1) != 0
+        a["column"][t, : n - 1] = _numbers(f["split_feature"], np.int32)
+        a["left"][t, : n - 1] = _numbers(f["left_child"], np.int32)
+        a["right"][t, : n - 1] = _numbers(f["right_child"], np.int32)
+        a["default_left"][t, : n - 1] = (kind & 2) != 0
+        a["missing"][t, : n - 1] = (kind >> 2) & 3
+        a["categorical"][t, : n - 1] = categorical
+        a["threshold"][t, : n - 1] = np.where(categorical, 0.0, threshold)
+        if categorical.any():
+            bounds = _numbers(f["cat_boundaries"], np.int64)
+            words = _numbers(f["cat_threshold"], np.uint32)
+            for i in np.flatnonzero(categorical):
+                k = int(threshold[i])  # a categorical split's threshold: its bitset's index
+                bits = np.unpackbits(
+                    words[bounds[k] : bounds[k + 1]].astype("<u4").view(np.uint8), bitorder="little"
+                )
+                a["category_set"][t, i] = len(sets)
+                sets.append(np.flatnonzero(bits).tolist())
     slots = max([max(s) + 1 for s in sets], default=1)
     categories = np.zeros((max(len(sets), 1), slots), bool)
-    for i, s in enumerate(sets):
-        categories[i, s] = True
-    return Arrays(
-        **a, categories=categories, outputs=int(dump["num_tree_per_iteration"]), depth=depth
+    for j, s in enumerate(sets):
+        categories[j, s] = True
+    depth = _depth(a["root"], a["left"], a["right"])
+    return Arrays(**a, categories=categories, outputs=outputs, depth=depth)
+
+
+def _fields(block: str) -> dict[str, str]:
+    """A model text block's `key=value` lines."""
+    return dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+
+
+def _numbers(text: str, dtype) -> np.ndarray:
+    # Python's float() reads LightGBM's 17 significant digits back to the same double.
+    return np.array(text.split(), dtype=np.float64 if dtype == np.float64 else np.int64).astype(
+        dtype
     )
+
+
+def _depth(root: np.ndarray, left: np.ndarray, right: np.ndarray) -> int:
+    """The most splits on any tree's path from its root to a leaf: every tree walked
+    one level at a time (a node's index is >= 0 for a split, < 0 for a leaf)."""
+    (split,) = np.nonzero(root >= 0)
+    at = split, root[split].astype(np.int64)
+    depth = 0
+    while len(at[0]):
+        depth += 1
+        t, n = at
+        children = np.concatenate([left[t, n], right[t, n]])
+        owners = np.concatenate([t, t])
+        inner = children >= 0
+        at = owners[inner], children[inner].astype(np.int64)
+    return depth
 
 
 class Forest(keras.layers.Layer):

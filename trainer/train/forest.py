@@ -261,7 +261,7 @@ def _fitted(text: str, records: int) -> Fitted:
     import lightgbm
 
     booster = lightgbm.Booster(model_str=text)
-    arrays = trees.from_lightgbm(booster.dump_model())
+    arrays = trees.from_lightgbm(text)
     return Fitted(text, booster, arrays, booster.num_trees() // arrays.outputs, records)
 
 
