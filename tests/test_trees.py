@@ -58,6 +58,19 @@ def test_forests_without_categories_take_their_shorter_path_to_the_same_scores(n
     assert np.any(arrays.missing != 0) == nan_in_training
 
 
+def test_zero_as_missing_is_read_from_the_model_text_and_walked_as_lightgbm_does():
+    """LightGBM's third missing type (zero_as_missing: 0 and NaN go the learnt way)."""
+    x, signal = _data(3000)
+    x[::7, 2] = 0.0
+    booster = lightgbm.train(
+        {"objective": "regression", "verbose": -1, "num_leaves": 15, "zero_as_missing": True},
+        lightgbm.Dataset(x, signal, categorical_feature=[1]),
+        num_boost_round=40,
+    )
+    arrays = _assert_forest_is_booster(booster, categorical=True)
+    assert np.any(arrays.missing == 1)
+
+
 def _assert_forest_is_booster(booster, categorical: bool) -> trees.Arrays:
     arrays = trees.from_lightgbm(booster.model_to_string())
     assert arrays.categorical.any() == categorical and arrays.depth > 2

@@ -30,8 +30,6 @@ from trainer.model import tabular
 
 # Threads of LightGBM's predict, as of its fit; a record's score does not depend on them.
 PREDICT_THREADS = 2
-# LightGBM's missing_type, and what a value then means (its tree.h): None: NaN is 0.
-_MISSING = {"None": 0, "Zero": 1, "NaN": 2}
 # A missing number, as the trees see it: below every value short of float32's extremes
 # (CatBoost's nan_mode=Min), not NaN with a direction LightGBM learns per split. On the 8
 # benchmark tables with missing numbers both sets' errors went down (0.9648 / 0.9237
@@ -106,7 +104,9 @@ class Arrays:
     threshold: np.ndarray  # [trees, nodes] float64
     categorical: np.ndarray  # [trees, nodes] bool
     category_set: np.ndarray  # [trees, nodes] int32, row of `categories`
-    missing: np.ndarray  # [trees, nodes] int32, _MISSING
+    # [trees, nodes] int32: LightGBM's missing type (tree.h, bits 2-3 of decision_type):
+    # 0 None (NaN counts as 0), 1 Zero (0 and NaN are missing), 2 NaN.
+    missing: np.ndarray
     default_left: np.ndarray  # [trees, nodes] bool
     left: np.ndarray  # [trees, nodes] int32
     right: np.ndarray  # [trees, nodes] int32
