@@ -147,6 +147,17 @@ def test_the_training_stream_is_known_to_be_infinite(store, cache):
     assert evaluation.cardinality() != tf.data.INFINITE_CARDINALITY
 
 
+def test_the_in_memory_stream_runs_without_tf_data_s_autotuning_thread(store):
+    """Freeing an iterator waits for that thread to wake (5-9 s in 1 default job of 6,
+    docs/decisions.md); the streamed pipeline keeps autotuning its file reads."""
+    files, schema = infer(store, data_globs("binary")[0], "binary")
+    paths = [store.path(f) for f in files]
+    memory = inputs.make_dataset(paths, schema, batch_size=8, training=True, cache="memory")
+    assert memory.options().autotune.enabled is False
+    stream = inputs.make_dataset(paths, schema, batch_size=8, training=True, cache="stream")
+    assert stream.options().autotune.enabled is not False
+
+
 @pytest.mark.parametrize("cache", CACHES)
 def test_seed_makes_order_deterministic(store, cache):
     files, schema = infer(store, data_globs("binary")[0], "binary")

@@ -222,6 +222,10 @@ def make_dataset(
         # optimisations would serialise them into a graph (10.9 s for 2.8 GB, and a
         # failure past 2 GB), and the pipeline needs none of them.
         options.experimental_optimization.apply_default_optimizations = False
+        # No tf.data autotuning thread: freeing the iterator waited out its sleep, 5-9 s
+        # in 1 default job of 6; randhie's stream ran at 12,033 examples/s without it,
+        # 11,319 with it (docs/decisions.md, "The in-memory stream").
+        options.autotune.enabled = False
         select = lambda indices: tf.nest.map_structure(  # noqa: E731
             lambda t: tf.gather(t, indices), data
         )
