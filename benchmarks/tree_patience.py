@@ -1,5 +1,5 @@
 """The trees members' early-stopping patience, replayed on real default jobs (issue 28's
-time target; docs/results/2026-12-07-trees-patience.md).
+time target; docs/results/2026-12-07-time-floor.md).
 
 LightGBM grows the same trees whatever the patience: it only decides when the loop
 stops. So each member of each job is fitted once as the job fits it
@@ -22,7 +22,6 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import tree_members
-from trainer.model import trees
 from trainer.train import forest
 
 FLAGS = flags.FLAGS
@@ -46,46 +45,31 @@ def kept_round(curve: np.ndarray, patience: int, rounds: int) -> tuple[int, int]
 
 
 def fit(plan, member: str, train: tuple, valid: tuple, patience: int) -> tuple:
-    """(validation curve, the round kept, seconds) of `member` fitted as forest.fit fits
-    it, stopped with `patience`."""
+    """(validation curve, the round kept, seconds) of `member` fitted by the job's own
+    forest.fit, stopped with `patience`."""
     import lightgbm
 
-    categorical = trees.categorical_columns(plan.schema)
-    (x, y, w), (vx, vy, vw) = train, valid
     curves: dict = {}
     start = time.monotonic()
-    data = lightgbm.Dataset(x, y, weight=w, categorical_feature=categorical, free_raw_data=True)
-    booster = lightgbm.train(
-        forest.lightgbm_params(plan, member),
-        data,
-        num_boost_round=forest.ROUNDS,
-        valid_sets=[
-            lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=data)
-        ],
-        callbacks=[
-            lightgbm.early_stopping(patience, verbose=False),
-            lightgbm.record_evaluation(curves),
-        ],
+    text = forest.fit(
+        plan, forest.lightgbm_params(plan, member), train, valid, patience=patience, curves=curves
     )
     seconds = time.monotonic() - start
     (curve,) = next(iter(curves.values())).values()  # one validation set, one metric
-    return np.asarray(curve), booster.best_iteration, seconds
+    return np.asarray(curve), lightgbm.Booster(model_str=text).current_iteration(), seconds
 
 
 def replay_job(job_dir: str, patiences: list[int]) -> list[dict]:
     """One row per trees member of the job in `job_dir`."""
     plan = tree_members.job_plan(job_dir)
-    s = plan.splits
-    train = forest.matrix(plan, s.train_files, s.train_part, forest.TREE_RECORDS)
-    valid = forest.matrix(plan, s.validation_files, s.validation_part, None)
-    train, valid = ((x, forest._target(plan.head, y), w) for x, y, w in (train, valid))
+    data = tree_members.matrices(plan)
+    train, valid = data["train"], data["validation"]
     rows = []
     for member in forest.MEMBERS:
         curve, kept, seconds = fit(plan, member, train, valid, forest.PATIENCE)
         _, _, timed = fit(plan, member, train, valid, FLAGS.timed)
-        row = {"member": member, "kept": kept, "run": len(curve), "seconds": seconds}
-        row["curve"] = curve
-        row["timed seconds"] = timed
+        row = {"member": member, "kept": kept, "run": len(curve), "curve": curve}
+        row |= {"seconds": seconds, "timed seconds": timed}
         for p in patiences:
             row[p] = kept_round(curve, p, forest.ROUNDS)
         rows.append(row)
@@ -94,24 +78,25 @@ def replay_job(job_dir: str, patiences: list[int]) -> list[dict]:
 
 def main(argv):
     del argv
+    job = forest.PATIENCE  # the job's patience, which every other is held to
     patiences = [int(p) for p in FLAGS.patience]
     tables = FLAGS.only or sorted({n.rsplit("-", 1)[0] for n in os.listdir(FLAGS.jobs) if "-" in n})
     moved = collections.Counter()
     rounds = collections.Counter()
     seconds = collections.Counter()
     print(
-        "| table | seed | member | kept at 300 | run at 300 | "
+        f"| table | seed | member | kept at {job} | run at {job} | "
         + " | ".join(f"P={p}: kept / run" for p in patiences)
-        + f" | s at 300 | s at {FLAGS.timed} |"
+        + f" | s at {job} | s at {FLAGS.timed} |"
     )
     print("| --- |" + " --- |" * (6 + len(patiences)))
     for table in tables:
         for seed, job_dir in sorted(tree_members.job_dirs(FLAGS.jobs, table).items()):
             for row in replay_job(job_dir, patiences):
                 # The replay's own check: its stopping agrees with LightGBM's at PATIENCE.
-                assert kept_round(row["curve"], forest.PATIENCE, forest.ROUNDS)[0] == row["kept"]
-                rounds[300] += row["run"]
-                seconds[300] += row["seconds"]
+                assert kept_round(row["curve"], job, forest.ROUNDS)[0] == row["kept"]
+                rounds[job] += row["run"]
+                seconds[job] += row["seconds"]
                 seconds[FLAGS.timed] += row["timed seconds"]
                 cells = []
                 for p in patiences:
@@ -125,15 +110,15 @@ def main(argv):
                     + f" | {row['seconds']:.2f} | {row['timed seconds']:.2f} |",
                     flush=True,
                 )
-    print("\n| patience | members whose kept round moves | rounds run (x 300's) |")
+    print("\n| patience | members whose kept round moves | rounds run (x the job's) |")
     print("| --- | --- | --- |")
     for p in patiences:
-        print(f"| {p} | {moved[p]} | {rounds[p]:,} ({rounds[p] / rounds[300]:.2f}x) |")
-    print(f"| 300 | 0 | {rounds[300]:,} (1.00x) |")
+        print(f"| {p} | {moved[p]} | {rounds[p]:,} ({rounds[p] / rounds[job]:.2f}x) |")
+    print(f"| {job} | 0 | {rounds[job]:,} (1.00x) |")
     print(
-        f"\nfits' seconds, all members of all jobs: {seconds[300]:.1f} at 300, "
+        f"\nfits' seconds, all members of all jobs: {seconds[job]:.1f} at {job}, "
         f"{seconds[FLAGS.timed]:.1f} at {FLAGS.timed} "
-        f"({seconds[FLAGS.timed] / seconds[300]:.2f}x)"
+        f"({seconds[FLAGS.timed] / seconds[job]:.2f}x)"
     )
 
 

@@ -178,10 +178,9 @@ def _fields(block: str) -> dict[str, str]:
 
 
 def _numbers(text: str, dtype) -> np.ndarray:
-    # Python's float() reads LightGBM's 17 significant digits back to the same double.
-    return np.array(text.split(), dtype=np.float64 if dtype == np.float64 else np.int64).astype(
-        dtype
-    )
+    # LightGBM writes 17 significant digits, read back to the same double; its integers
+    # (node indices, uint32 category words) are exact in float64.
+    return np.array(text.split(), np.float64).astype(dtype)
 
 
 def _depth(root: np.ndarray, left: np.ndarray, right: np.ndarray) -> int:

@@ -216,11 +216,18 @@ def fit_or_load(
 
 
 def fit(
-    plan: plan_lib.Plan, params: dict, train: tuple, valid: tuple, rounds: int | None = None
+    plan: plan_lib.Plan,
+    params: dict,
+    train: tuple,
+    valid: tuple,
+    rounds: int | None = None,
+    patience: int = PATIENCE,
+    curves: dict | None = None,
 ) -> str:
     """LightGBM of `params` fitted on `train` (columns, target, weights) for up to
-    `rounds` (ROUNDS), stopped early on `valid`: its best rounds, in LightGBM's text
-    format."""
+    `rounds` (ROUNDS), stopped early on `valid` after `patience` rounds without a better
+    one: its best rounds, in LightGBM's text format. `curves` (benchmarks) receives the
+    validation curve, as LightGBM's record_evaluation writes it."""
     import lightgbm
 
     categorical = trees.categorical_columns(plan.schema)
@@ -233,7 +240,10 @@ def fit(
         valid_sets=[
             lightgbm.Dataset(vx, vy, weight=vw, categorical_feature=categorical, reference=data)
         ],
-        callbacks=[lightgbm.early_stopping(PATIENCE, verbose=False)],
+        callbacks=[
+            lightgbm.early_stopping(patience, verbose=False),
+            *([] if curves is None else [lightgbm.record_evaluation(curves)]),
+        ],
     )
     return booster.model_to_string(num_iteration=booster.best_iteration)
 
