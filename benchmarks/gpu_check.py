@@ -56,7 +56,8 @@ def built(
     multiplying in `precision`, built from seed 0; `steps` sets the length of its
     learning-rate schedule."""
     head = heads.make_head("binary", schema)
-    config = step.model_config(DEFAULT, defaults.ENSEMBLE_SIZE[DEFAULT], precision=precision)
+    members, _ = defaults.ensemble_size(DEFAULT, FLAGS.examples)  # the default's, on this data
+    config = step.model_config(DEFAULT, members, precision=precision)
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model = model_lib.build(schema, head.units, config)

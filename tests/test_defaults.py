@@ -157,3 +157,17 @@ def test_trees_stay_out_without_lightgbm(monkeypatch):
 def test_the_default_model_is_an_ensemble_and_mlp_one_network():
     assert defaults.ensemble_size("ple_mlp", 100)[0] == defaults.ENSEMBLE_SIZE["ple_mlp"] > 1
     assert defaults.ensemble_size("mlp", 100) == (1, "--model=mlp is one MLP")
+    assert defaults.ensemble_size("mlp", 100_000) == (1, "--model=mlp is one MLP")
+
+
+def test_the_default_ensemble_has_half_the_members_from_3000_training_records():
+    assert defaults.ensemble_size("ple_mlp", 2_999) == (
+        8,
+        "--model=ple_mlp on 2,999 training records, fewer than 3,000: 8 members sharing "
+        "their weights (TabM)",
+    )
+    assert defaults.ensemble_size("ple_mlp", 3_000) == (
+        4,
+        "--model=ple_mlp on 3,000 training records or more: 4 members sharing their "
+        "weights (TabM); 8 below",
+    )

@@ -93,6 +93,24 @@ def test_an_unset_batch_splits_across_the_replicas_without_a_count(fake_gcs, job
     assert dict(plan.reasons)["batch_size"].startswith("66 (--batch_size unset: 64, rounded up")
 
 
+def test_the_default_ensemble_counts_to_its_threshold_and_has_4_members_past_it(
+    fake_gcs, job_uri, monkeypatch
+):
+    """--train_steps and --hidden_units given, --ensemble_size not: the members follow the
+    data, so ple_mlp counts as far as SMALL_DATA_RECORDS; past it (here lowered to the
+    tiny data's 512 records) the plan takes 4 members instead of 8."""
+    config = make_config(fake_gcs, job_uri, model="ple_mlp", hidden_units="16,8")
+    plan = plan_lib.make_plan(config)
+    assert (plan.train_records, plan.counted_to) == (512, defaults.SMALL_DATA_RECORDS)
+    assert plan.ensemble_size == defaults.ENSEMBLE_SIZE["ple_mlp"] == 8
+    monkeypatch.setattr(defaults, "SMALL_DATA_RECORDS", 500)
+    plan = plan_lib.make_plan(config)
+    assert plan.ensemble_size == 4 and plan.hidden_units == (16, 8)
+    assert dict(plan.reasons)["ensemble_size"].startswith(
+        "4 (--model=ple_mlp on 500 training records or more"
+    )
+
+
 def test_the_default_model_counts_to_its_larger_batch_and_takes_it_with_a_doubled_rate(
     fake_gcs, job_uri, monkeypatch
 ):

@@ -150,7 +150,16 @@ flags.DEFINE_integer(
     D["ensemble_size"],
     "Members of the built-in model's ensemble: k MLPs sharing their weights, trained "
     "together, predicting the mean of their probabilities (TabM); 1: one MLP. Unset: "
-    + ", ".join(f"{k} for {m}" for m, k in defaults.ENSEMBLE_SIZE.items())
+    + ", ".join(
+        f"{k} for {m}"
+        + (
+            f" ({defaults.LARGE_DATA_ENSEMBLE_SIZE[m]} from "
+            f"{defaults.SMALL_DATA_RECORDS:,} training records)"
+            if m in defaults.LARGE_DATA_ENSEMBLE_SIZE
+            else ""
+        )
+        for m, k in defaults.ENSEMBLE_SIZE.items()
+    )
     + ".",
 )
 flags.DEFINE_enum(

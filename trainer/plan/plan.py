@@ -172,6 +172,8 @@ def make_plan(config: config_lib.Config, replicas: int = 1) -> Plan:
     limits = [defaults.SMALL_DATA_RECORDS] if _sized(config) else []
     if config.batch_size is None and _built_in(config) in defaults.LARGE_BATCH:
         limits.append(defaults.LARGE_BATCH[config.model][1])
+    if config.ensemble_size is None and _built_in(config) in defaults.LARGE_DATA_ENSEMBLE_SIZE:
+        limits.append(defaults.SMALL_DATA_RECORDS)
     if config.train_steps is None or limits:
         counted_to = None if config.train_steps is None else max(limits)
         n = _count(config, storage, splits, schema, fingerprint, counted_to)
