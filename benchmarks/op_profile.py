@@ -23,12 +23,11 @@ import time
 import tensorflow as tf
 from absl import app, flags
 
+from benchmarks import step
 from trainer.base import cli
 from trainer.train import loops as loops_lib
 
 FLAGS = flags.FLAGS
-
-PRODUCTS = ("MatMul", "Einsum")  # kinds whose names hold these are matrix products
 
 
 @dataclasses.dataclass
@@ -45,7 +44,8 @@ class Profile:
 
     @property
     def products(self) -> float:
-        return sum(s for kind, s in self.by_kind.items() if any(p in kind for p in PRODUCTS))
+        """The matrix products' time (kinds such as `_MklMatMul` hold step.PRODUCTS' names)."""
+        return sum(s for kind, s in self.by_kind.items() if any(p in kind for p in step.PRODUCTS))
 
 
 def read(logdir: str, scope: str = "/body/") -> Profile:
@@ -91,7 +91,11 @@ def _layer(op: str) -> str:
     return f"{'backward' if backward else 'forward'} {name}"
 
 
-def table(counter: collections.Counter, total: float, top: int, calls=None) -> str:
+def table(
+    counter: collections.Counter, total: float, top: int, calls: collections.Counter | None = None
+) -> str:
+    """A markdown table of `counter`'s `top` rows, seconds and share of `total` (and
+    `calls`, for op kinds)."""
     rows = [f"| {'op' if calls else 'layer'} | seconds | share |{' calls |' if calls else ''}"]
     rows.append(f"| --- | --- | --- |{' --- |' if calls else ''}")
     for name, seconds in counter.most_common(top):
@@ -111,7 +115,7 @@ def define_flags() -> None:
 def main(argv):
     from trainer import task
 
-    logdir = tempfile.mkdtemp(prefix="op_profile-")
+    logdir = tempfile.TemporaryDirectory(prefix="op_profile-")
     timing: dict = {}
     make_loops = loops_lib.Loops.__init__
 
@@ -124,7 +128,7 @@ def main(argv):
         def train_profiled(iterator, num_steps):
             timing["calls"] += 1
             if timing["calls"] == FLAGS.first:
-                tf.profiler.experimental.start(logdir)
+                tf.profiler.experimental.start(logdir.name)
                 timing["start"], timing["steps"] = time.perf_counter(), 0
             loss = train(iterator, num_steps)
             if FLAGS.first <= timing["calls"] <= FLAGS.last:
@@ -143,7 +147,8 @@ def main(argv):
         raise SystemExit(code)
     if "seconds" not in timing:
         raise SystemExit(f"the job ran {timing.get('calls', 0)} inner loops; --last={FLAGS.last}")
-    profile = read(logdir)
+    with logdir:
+        profile = read(logdir.name)
     print(
         f"\n{timing['steps']:,} steps in {timing['seconds']:.2f} s "
         f"({timing['seconds'] / timing['steps'] * 1e3:.2f} ms a step); op time "
