@@ -4,7 +4,8 @@
 print in it and run with `--run_eagerly`. `Loops` runs `steps_per_loop` of those steps per
 call through `strategy.run`, compiled by `tf.function` (a `tf.range` loop, so one Python
 call covers many steps) unless eager mode is asked for. Eager and compiled run the very
-same Python code; tests hold them to the same weights.
+same Python code, and the same arithmetic (`compile_as_eager`); tests hold them to the
+same bits.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def compile_as_eager() -> None:
 
 
 class Loops:
-    """The compiled (or eager) inner loops of training and evaluation."""
+    """The compiled (or eager) inner loops of training and evaluation. Building them
+    calls `compile_as_eager`: the process's graphs then keep eager's arithmetic."""
 
     def __init__(
         self,
