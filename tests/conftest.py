@@ -21,6 +21,7 @@ import tensorflow as tf
 from trainer import sample_data
 from trainer.base import config as config_lib
 from trainer.base import storage as storage_lib
+from trainer.model import arithmetic
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 tf.config.set_logical_device_configuration(
@@ -30,6 +31,13 @@ tf.config.set_logical_device_configuration(
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "test-bucket"
 TASKS = ("regression", "binary", "multiclass")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def eager_arithmetic() -> None:
+    """This process computes as the package's processes do (`trainer.model.arithmetic`),
+    whichever test runs first: the servers' answers are compared with it bit for bit."""
+    arithmetic.compile_as_eager()
 
 
 @pytest.fixture(scope="session")

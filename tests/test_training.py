@@ -1,6 +1,6 @@
 """The claim at the heart of the package: eager and compiled loops, one replica or two,
 train to the same weights. Eager and compiled give the very same bits (the compiled graph
-keeps eager's arithmetic: `loops.compile_as_eager`); between replica counts, whose sums
+keeps eager's arithmetic: `trainer.model.arithmetic`); between replica counts, whose sums
 run in another order, the tolerances are maximum absolute differences."""
 
 import logging

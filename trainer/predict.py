@@ -72,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tf.constant(0)  # the runtime starts (and prints) on the first op, not at import
 
+        from trainer.model import arithmetic
         from trainer.serving import bodies, client, explain
+
+        arithmetic.compile_as_eager()  # as the job and the server compute
     try:
         model = tf.saved_model.load(args.model_dir)
         if args.body:

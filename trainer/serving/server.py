@@ -88,7 +88,10 @@ class ModelSlot:
 
             tf.constant(0)  # the runtime starts (and prints) on the first op
 
+        from trainer.model import arithmetic
         from trainer.serving import bodies
+
+        arithmetic.compile_as_eager()  # the job's arithmetic: the answers its evaluation's
 
         started = time.monotonic()
         try:

@@ -4,8 +4,8 @@
 print in it and run with `--run_eagerly`. `Loops` runs `steps_per_loop` of those steps per
 call through `strategy.run`, compiled by `tf.function` (a `tf.range` loop, so one Python
 call covers many steps) unless eager mode is asked for. Eager and compiled run the very
-same Python code, and the same arithmetic (`compile_as_eager`); tests hold them to the
-same bits.
+same Python code, and the same arithmetic (`trainer.model.arithmetic`); tests hold them
+to the same bits.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from trainer.evaluate import metrics
-from trainer.model import heads
+from trainer.model import arithmetic, heads
 from trainer.train import collectives
 
 
@@ -69,26 +69,9 @@ def eval_step(model: keras.Model, head: heads.Head, batch: tuple) -> dict[str, t
     return metrics.batch_sums(head, labels, model(features, training=False), weights)
 
 
-# Grappler passes that change the arithmetic of a compiled graph, not only its speed:
-# `arithmetic_optimization` regroups sums and products, `constant_folding` precomputes
-# parts of them. With them on, compiled steps differed from eager ones by ~5e-7 after one
-# step, and on the large-data default (256x3, 4 members, lr 2e-3) Adam and the ReLUs grew
-# that to 2.9e-3 in 20 steps; with them off the two give the very same bits
-# (docs/decisions.md).
-ARITHMETIC_CHANGING_PASSES = ("arithmetic_optimization", "constant_folding")
-
-
-def compile_as_eager() -> None:
-    """Turns off, for this process, the graph rewrites that would make a compiled step's
-    arithmetic differ from the same step run eagerly."""
-    tf.config.optimizer.set_experimental_options(
-        {name: False for name in ARITHMETIC_CHANGING_PASSES}
-    )
-
-
 class Loops:
     """The compiled (or eager) inner loops of training and evaluation. Building them
-    calls `compile_as_eager`: the process's graphs then keep eager's arithmetic."""
+    calls `arithmetic.compile_as_eager`: the process's graphs keep eager's arithmetic."""
 
     def __init__(
         self,
@@ -105,7 +88,7 @@ class Loops:
         self.head = head
         self.global_batch_size = global_batch_size
         self.run_eagerly = run_eagerly
-        compile_as_eager()
+        arithmetic.compile_as_eager()
         if run_eagerly:
             logging.warning(
                 "running eagerly (--run_eagerly): every step is plain Python, "
