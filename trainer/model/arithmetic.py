@@ -6,8 +6,8 @@ only its speed: `arithmetic_optimization` regroups sums and products, `constant_
 precomputes parts of them. With them on, a compiled step differed from the same step run
 eagerly by ~5e-7 after one step, and on the large-data default (256x3, 4 members, rate
 2e-3) Adam and the ReLUs grew that to 2.9e-3 in 20 steps; with them off the two give the
-very same bits, and a served model's answers those of the job's evaluation
-(docs/decisions.md).
+very same bits, and `trainer.serve` answers as `trainer.predict` does, bit for bit
+(tests/test_serve.py; docs/decisions.md).
 """
 
 from __future__ import annotations

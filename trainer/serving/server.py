@@ -91,7 +91,7 @@ class ModelSlot:
         from trainer.model import arithmetic
         from trainer.serving import bodies
 
-        arithmetic.compile_as_eager()  # the job's arithmetic: the answers its evaluation's
+        arithmetic.compile_as_eager()  # as the job and trainer.predict compute
 
         started = time.monotonic()
         try:
